@@ -1,0 +1,190 @@
+"""Where a cache lives, what it records, and when it can be trusted.
+
+A cache folder holds the shards (`<split>-00000-of-00008.tfrecord`), the
+report of invalid files (`invalid_files.json`) and `metadata.json`, which is
+written last. The folder only ever appears under its final name complete: the
+export writes into a temporary sibling and renames it into place.
+"""
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+
+SCHEMA_VERSION = 1
+METADATA_FILE = "metadata.json"
+REPORT_FILE = "invalid_files.json"
+_SHARD_NAME = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.tfrecord$")
+
+
+class CacheError(ValueError):
+    """A cache folder whose metadata cannot be trusted; the message names it."""
+
+
+def keras_home():
+    """`$KERAS_HOME`, else `~/.keras`, as Keras itself resolves it."""
+    if "KERAS_HOME" in os.environ:
+        return os.environ["KERAS_HOME"]
+    return os.path.join(os.path.expanduser("~"), ".keras")
+
+
+def default_cache_dir(source):
+    """`<keras home>/datum/<folder name>-<short hash of the absolute path>`."""
+    source = os.path.abspath(source)
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:10]
+    name = os.path.basename(source.rstrip(os.sep)) or "root"
+    return os.path.join(keras_home(), "datum", f"{name}-{digest}")
+
+
+def fingerprint(layout, root):
+    """Hashes the relative path, size and mtime of every file the export reads.
+
+    Returns:
+        A dict with `digest`, `num_files` and `num_bytes`.
+    """
+    paths = [r.path for records in layout.splits.values() for r in records]
+    paths += list(layout.extra_files)
+    hasher = hashlib.sha256()
+    total = 0
+    for path in sorted(paths):
+        stat = os.stat(path)
+        total += stat.st_size
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        hasher.update(f"{rel}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+    return {"digest": hasher.hexdigest(), "num_files": len(paths), "num_bytes": total}
+
+
+def shard_name(split, index, count):
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def write_json(path, data):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _require(condition, path, message):
+    if not condition:
+        raise CacheError(
+            f"The cache metadata {path!r} is invalid: {message}. Delete the "
+            "cache folder or pass reexport='always' to rebuild it."
+        )
+
+
+def validate_metadata(meta, path):
+    """Checks `meta` against the schema; raises `CacheError` naming `path`."""
+    _require(isinstance(meta, dict), path, "not a JSON object")
+    _require(
+        meta.get("schema_version") == SCHEMA_VERSION,
+        path,
+        f"schema_version {meta.get('schema_version')!r} is not {SCHEMA_VERSION}",
+    )
+    for key, kind in (
+        ("keras_datum_version", str),
+        ("problem", str),
+        ("layout", str),
+        ("class_names", list),
+        ("label_spec", dict),
+        ("splits", dict),
+        ("features", dict),
+        ("export_options", dict),
+        ("source_fingerprint", dict),
+        ("invalid_files", dict),
+    ):
+        _require(isinstance(meta.get(key), kind), path, f"'{key}' must be a {kind.__name__}")
+    _require(
+        all(isinstance(c, str) for c in meta["class_names"]),
+        path,
+        "'class_names' must hold strings",
+    )
+    _require("train" in meta["splits"], path, "there is no 'train' split")
+    for split, info in meta["splits"].items():
+        _require(isinstance(info, dict), path, f"split {split!r} must be an object")
+        shards = info.get("shards")
+        count = info.get("num_examples")
+        _require(isinstance(count, int) and count >= 0, path, f"split {split!r} has a bad num_examples")
+        _require(isinstance(shards, list) and shards, path, f"split {split!r} lists no shards")
+        for shard in shards:
+            _require(
+                isinstance(shard, dict)
+                and isinstance(shard.get("file"), str)
+                and _SHARD_NAME.match(shard["file"])
+                and isinstance(shard.get("num_examples"), int),
+                path,
+                f"split {split!r} has a malformed shard entry {shard!r}",
+            )
+        _require(
+            sum(s["num_examples"] for s in shards) == count,
+            path,
+            f"split {split!r}: shard lengths do not add up to {count}",
+        )
+
+
+def read_metadata(cache_dir):
+    """Reads and validates `metadata.json`; `None` when there is no cache.
+
+    Raises:
+        CacheError: the file exists but is truncated, edited into an invalid
+            state or from another schema version.
+    """
+    path = os.path.join(cache_dir, METADATA_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CacheError(
+            f"The cache metadata {path!r} is not valid JSON ({e}). Delete the "
+            "cache folder or pass reexport='always' to rebuild it."
+        ) from e
+    validate_metadata(meta, path)
+    return meta
+
+
+def is_cache_folder(path):
+    """True when `path` is a keras_datum cache (safe to replace)."""
+    return os.path.isfile(os.path.join(path, METADATA_FILE))
+
+
+@contextlib.contextmanager
+def export_lock(cache_dir, timeout):
+    """Holds an OS lock on `<cache_dir>.lock` so only one process exports.
+
+    Raises:
+        TimeoutError: when another process holds the lock for longer than
+            `timeout` seconds; the message names that process.
+    """
+    lock_path = cache_dir.rstrip(os.sep) + ".lock"
+    os.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                    raise TimeoutError(
+                        f"Waited {timeout:.0f}s for the export lock {lock_path!r}, "
+                        f"held by {holder or 'an unknown process'}."
+                    ) from None
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # Closing releases the lock.

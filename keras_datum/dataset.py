@@ -1,0 +1,374 @@
+"""`DatumDataset`: checks arguments, exports on first use, hands out splits."""
+
+import os
+
+from keras_datum import cache
+from keras_datum import export as export_lib
+from keras_datum import pipeline
+from keras_datum import problems
+from keras_datum.problems import classification
+
+# Without a seed the carve and the write-time shuffle still have to be the
+# same in every process, so an unseeded dataset uses this one.
+DEFAULT_SEED = 1337
+INTERPOLATIONS = (
+    "bilinear",
+    "nearest",
+    "bicubic",
+    "area",
+    "lanczos3",
+    "lanczos5",
+    "gaussian",
+    "mitchellcubic",
+)
+REEXPORT_MODES = ("auto", "never", "always")
+ON_INVALID = ("skip", "raise")
+# How long a process waits for another one's export of the same cache.
+LOCK_TIMEOUT_SECONDS = 3600
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        shown = ", ".join(repr(a) for a in allowed)
+        raise ValueError(f"`{name}` must be one of {shown}. Received: {name}={value!r}")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_image_size(image_size):
+    if (
+        not isinstance(image_size, (tuple, list))
+        or len(image_size) != 2
+        or not all(_is_int(v) and v > 0 for v in image_size)
+    ):
+        raise ValueError(
+            "`image_size` must be a tuple of 2 positive integers (height, "
+            f"width). Received: image_size={image_size!r}"
+        )
+    return tuple(image_size)
+
+
+def _check_batch_size(batch_size):
+    if batch_size is not None and not (_is_int(batch_size) and batch_size > 0):
+        raise ValueError(
+            "`batch_size` must be a positive integer or None. "
+            f"Received: batch_size={batch_size!r}"
+        )
+    return batch_size
+
+
+def _check_positive_or_none(name, value):
+    if value is not None and not (_is_int(value) and value > 0):
+        raise ValueError(
+            f"`{name}` must be a positive integer or None. Received: {name}={value!r}"
+        )
+
+
+class DatumDataset:
+    """A folder of images as validated, cached TFRecords, ready for `model.fit`.
+
+    Creating a `DatumDataset` only checks its arguments. The first call that
+    needs data (`train()`, `val()`, `test()`, `info`, `class_names`,
+    `export()`) finds the layout, validates every image once and writes
+    sharded TFRecords plus JSON metadata to the cache. Later uses, in this
+    process or any other, read the cache, and export again only when the
+    source files or the export options change.
+
+    Supported layouts (see `docs/layouts.md`):
+
+    ```
+    class folders        split folders          Datum CSV
+    root/                root/                  root/
+      cat/ a.jpg ...       train/cat/ ...         train/  0001.jpg ...
+      dog/ b.png ...       val/cat/ ...           train.csv  (filename,label)
+                           test/cat/ ...          val/ + val.csv (optional)
+    ```
+
+    Args:
+        source: the source folder.
+        image_size: `(height, width)` the images are resized to when read.
+            Defaults to `(256, 256)`, as in Keras.
+        batch_size: examples per batch, or `None` for unbatched elements.
+            Defaults to `32`.
+        label_mode: `"int"` (int32 class index), `"categorical"` (float32
+            one-hot), `"binary"` (float32 of shape `(1,)`, two classes only)
+            or `None` (images only), as in Keras. Multi-label and regression
+            CSV labels are float32 vectors. Defaults to `"int"`.
+        color_mode: `"grayscale"`, `"rgb"` or `"rgba"`. Defaults to `"rgb"`.
+        interpolation: the `tf.image.resize` method. Defaults to `"bilinear"`.
+        crop_to_aspect_ratio: centre-crop to the target aspect ratio before
+            resizing, as Keras does. Defaults to `False`.
+        pad_to_aspect_ratio: pad to the target aspect ratio before resizing,
+            as Keras does. Defaults to `False`.
+        validation_split: fraction of `train` carved into `val` at export when
+            the source has no validation split; `None` or `0` carves none.
+            The carve is stratified by class and fixed by `seed`. Defaults to
+            `0.2`.
+        seed: seeds the carve, the write-time shuffle and the read shuffle.
+            Defaults to `None`, which uses a fixed seed for the export (so
+            every process agrees) and an unseeded read shuffle.
+        shuffle: shuffle `train()` each epoch. Defaults to `True`.
+        shuffle_buffer_size: encoded examples in the read shuffle buffer.
+            Defaults to `None`: `min(2048, examples in the split)`.
+        cache_dir: where the export lives. Defaults to
+            `$KERAS_HOME/datum/<folder>-<hash of its absolute path>`
+            (`~/.keras` when `KERAS_HOME` is unset).
+        problem: `"classification"`, or `None` to detect it. Defaults to `None`.
+        on_invalid: `"skip"` leaves unreadable images out and reports them in
+            `invalid_files.json` in the cache; `"raise"` stops the export at
+            the first one. Defaults to `"skip"`.
+        reexport: `"auto"` exports again when the source or the export
+            options changed, `"never"` uses an existing cache as it is,
+            `"always"` exports on every first use. Defaults to `"auto"`.
+        follow_links: follow symlinked folders, as in Keras. Defaults to `False`.
+        verbose: print the layout found and show a progress bar. Defaults to
+            `True`.
+
+    Raises:
+        FileNotFoundError: `source` does not exist.
+        ValueError: an argument has a bad value; the message names it.
+        TypeError: `source` is not a path.
+
+    Example:
+
+    ```python
+    ds = DatumDataset("flowers/", image_size=(224, 224), batch_size=32)
+    model.fit(ds.train(), validation_data=ds.val(), epochs=10)
+    ```
+    """
+
+    def __init__(
+        self,
+        source,
+        *,
+        image_size=(256, 256),
+        batch_size=32,
+        label_mode="int",
+        color_mode="rgb",
+        interpolation="bilinear",
+        crop_to_aspect_ratio=False,
+        pad_to_aspect_ratio=False,
+        validation_split=0.2,
+        seed=None,
+        shuffle=True,
+        shuffle_buffer_size=None,
+        cache_dir=None,
+        problem=None,
+        on_invalid="skip",
+        reexport="auto",
+        follow_links=False,
+        verbose=True,
+    ):
+        if not isinstance(source, (str, os.PathLike)):
+            raise TypeError(
+                f"`source` must be a path to a folder. Received: source={source!r}"
+            )
+        source = os.fspath(source)
+        self._image_size = _check_image_size(image_size)
+        self._batch_size = _check_batch_size(batch_size)
+        _choice("label_mode", label_mode, classification.LABEL_MODES)
+        _choice("color_mode", color_mode, tuple(pipeline.CHANNELS))
+        _choice("interpolation", interpolation, INTERPOLATIONS)
+        if crop_to_aspect_ratio and pad_to_aspect_ratio:
+            raise ValueError(
+                "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can "
+                "be set to `True`."
+            )
+        if validation_split is not None and (
+            isinstance(validation_split, bool)
+            or not isinstance(validation_split, (int, float))
+            or not 0 <= validation_split < 1
+        ):
+            raise ValueError(
+                "`validation_split` must be a float in [0, 1) or None. "
+                f"Received: validation_split={validation_split!r}"
+            )
+        if seed is not None and not _is_int(seed):
+            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+        _check_positive_or_none("shuffle_buffer_size", shuffle_buffer_size)
+        _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
+        _choice("on_invalid", on_invalid, ON_INVALID)
+        _choice("reexport", reexport, REEXPORT_MODES)
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"Source folder not found: {source!r}")
+        if not os.path.isdir(source):
+            raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
+
+        self.source = os.path.abspath(source)
+        self.cache_dir = os.path.abspath(
+            os.fspath(cache_dir) if cache_dir else cache.default_cache_dir(source)
+        )
+        self._read_options = {
+            "image_size": self._image_size,
+            "label_mode": label_mode,
+            "color_mode": color_mode,
+            "interpolation": interpolation,
+            "crop_to_aspect_ratio": bool(crop_to_aspect_ratio),
+            "pad_to_aspect_ratio": bool(pad_to_aspect_ratio),
+        }
+        self._export_options = {
+            "validation_split": float(validation_split or 0.0),
+            "seed": DEFAULT_SEED if seed is None else seed,
+            "follow_links": bool(follow_links),
+            "problem": problem,
+        }
+        self._seed = seed
+        self._shuffle = shuffle
+        self._shuffle_buffer_size = shuffle_buffer_size
+        self._on_invalid = on_invalid
+        self._reexport = reexport
+        self._verbose = verbose
+        self._meta = None
+
+    # --- Export and cache ---------------------------------------------------
+
+    def export(self, force=False):
+        """Exports now unless a valid, up-to-date cache exists.
+
+        Args:
+            force: export even when the cache is up to date.
+
+        Returns:
+            The metadata dict (the same as `info`).
+        """
+        self._meta = None
+        return self._ensure_exported(force=force)
+
+    def _ensure_exported(self, force=False):
+        if self._meta is not None:
+            return self._meta
+        export_lib.check_cache_target(self.cache_dir)
+        if self._reexport == "never" and not force:
+            meta = cache.read_metadata(self.cache_dir)
+            if meta is not None:
+                return self._use(meta)
+        layout = problems.find_layout(
+            self.source,
+            self._export_options["problem"],
+            self._export_options["follow_links"],
+        )
+        # Read options are checked against what was found before any writing.
+        problems.get(layout.problem).check_read_options(layout.info, self._read_options)
+        fingerprint = cache.fingerprint(layout, self.source)
+        fresh = not force and self._reexport == "auto"
+        if fresh:
+            meta = self._fresh_cache(fingerprint)
+            if meta is not None:
+                return self._use(meta)
+        with cache.export_lock(self.cache_dir, LOCK_TIMEOUT_SECONDS):
+            # Another process may have exported while this one waited.
+            meta = self._fresh_cache(fingerprint) if fresh else None
+            if meta is None:
+                if self._verbose:
+                    print(layout.describe())
+                    print(f"Exporting to {self.cache_dir}")
+                meta = export_lib.export_layout(
+                    layout,
+                    self.source,
+                    self.cache_dir,
+                    fingerprint=fingerprint,
+                    export_options=self._export_options,
+                    on_invalid=self._on_invalid,
+                    verbose=self._verbose,
+                )
+        return self._use(meta)
+
+    def _fresh_cache(self, fingerprint):
+        meta = cache.read_metadata(self.cache_dir)
+        if (
+            meta is not None
+            and meta["source_fingerprint"].get("digest") == fingerprint["digest"]
+            and meta["export_options"] == self._export_options
+        ):
+            return meta
+        return None
+
+    def _use(self, meta):
+        problems.get(meta["problem"]).check_read_options(meta, self._read_options)
+        invalid = meta["invalid_files"]["count"]
+        if invalid and self._on_invalid == "raise":
+            report = os.path.join(self.cache_dir, cache.REPORT_FILE)
+            raise ValueError(
+                f"The cached export left out {invalid} invalid files (see "
+                f"{report}), and on_invalid='raise'. Fix or remove them."
+            )
+        self._meta = meta
+        return meta
+
+    # --- What the export holds ---------------------------------------------
+
+    @property
+    def info(self):
+        """The export's metadata: classes, counts, shards, options, fingerprint."""
+        return self._ensure_exported()
+
+    @property
+    def class_names(self):
+        """Class names, in label order (Keras's order for class folders)."""
+        return list(self.info["class_names"])
+
+    @property
+    def num_examples(self):
+        """Examples per split, for example `{"train": 2936, "val": 734}`."""
+        return {s: v["num_examples"] for s, v in self.info["splits"].items()}
+
+    @property
+    def invalid_files(self):
+        """The files left out at export, each with its split and reason."""
+        import json
+
+        with open(os.path.join(self.cache_dir, cache.REPORT_FILE)) as f:
+            return json.load(f)
+
+    # --- Reading ----------------------------------------------------------
+
+    def _split(self, split, batch_size, shuffle, repeat, seed):
+        meta = self._ensure_exported()
+        if split not in meta["splits"]:
+            raise ValueError(
+                f"This dataset has no {split!r} split. Its splits are "
+                f"{sorted(meta['splits'])}."
+            )
+        batch_size = self._batch_size if batch_size == "default" else batch_size
+        _check_batch_size(batch_size)
+        return pipeline.build(
+            meta,
+            self.cache_dir,
+            split,
+            self._read_options,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            repeat=repeat,
+            seed=self._seed if seed is None else seed,
+            shuffle_buffer_size=self._shuffle_buffer_size,
+        )
+
+    def train(self, *, batch_size="default", shuffle=None, repeat=False, seed=None):
+        """The training split as a `tf.data.Dataset` of `(x, y)` batches.
+
+        `x` is float32 in [0, 255] of shape `(batch, height, width, channels)`,
+        as from `keras.utils.image_dataset_from_directory`; `y` follows
+        `label_mode`.
+
+        Args:
+            batch_size: overrides the dataset's `batch_size` (`None` unbatches).
+            shuffle: overrides the dataset's `shuffle`.
+            repeat: repeat forever (pair with `steps_per_epoch`). Defaults to
+                `False`: one pass per epoch.
+            seed: overrides the read shuffle's seed.
+        """
+        shuffle = self._shuffle if shuffle is None else shuffle
+        return self._split("train", batch_size, shuffle, repeat, seed)
+
+    def val(self, *, batch_size="default", shuffle=False, repeat=False, seed=None):
+        """The validation split (not shuffled by default); see `train()`."""
+        return self._split("val", batch_size, shuffle, repeat, seed)
+
+    def test(self, *, batch_size="default", shuffle=False, repeat=False, seed=None):
+        """The test split, when the source has one; see `train()`."""
+        return self._split("test", batch_size, shuffle, repeat, seed)
+
+    def __repr__(self):
+        return f"DatumDataset({self.source!r}, cache_dir={self.cache_dir!r})"

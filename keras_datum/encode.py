@@ -1,0 +1,115 @@
+"""Validating one source image and choosing the bytes that get stored.
+
+Every image is decoded once, here, at export. The original encoded bytes are
+kept whenever TensorFlow's `tf.io.decode_image` will read them back exactly as
+Pillow saw them (JPEG in grayscale or RGB, and PNG). Everything else is
+converted once, so that the read path never meets a format it cannot decode:
+
+- WebP, TIFF, BMP and GIF become PNG (GIF keeps its first frame, which is
+  also what Keras shows).
+- CMYK and YCCK JPEGs become RGB JPEGs (quality 95).
+- A JPEG with an EXIF orientation tag is turned upright and re-encoded as a
+  JPEG (quality 95), because TensorFlow ignores EXIF.
+
+This module imports no TensorFlow: it runs in export worker threads.
+"""
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+from PIL import ImageOps
+
+# Re-encoded JPEGs: high enough that re-encoding is not a visible loss.
+JPEG_QUALITY = 95
+_EXIF_ORIENTATION = 0x0112
+_PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
+
+
+class InvalidImageError(ValueError):
+    """A source file that cannot be used as an image; the message says why."""
+
+
+@dataclass
+class EncodedImage:
+    data: bytes
+    format: str  # "jpeg" or "png"
+    height: int
+    width: int
+    converted: bool
+
+
+def _to_storable(image):
+    """Returns an image in a mode that PNG stores and TensorFlow decodes."""
+    if image.mode in _PNG_MODES:
+        return image
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        # 16- and 32-bit grayscale: scale to 8 bits, as TF does for 16-bit PNGs.
+        array = np.asarray(image, dtype=np.float64)
+        peak = 65535.0 if image.mode.startswith("I;16") else max(array.max(), 1)
+        array = np.clip(array * (255.0 / peak), 0, 255).round()
+        return Image.fromarray(array.astype(np.uint8), mode="L")
+    if "A" in image.mode:
+        return image.convert("RGBA")
+    return image.convert("RGB")
+
+
+def _save(image, format):
+    buffer = io.BytesIO()
+    if format == "jpeg":
+        image.save(buffer, format="JPEG", quality=JPEG_QUALITY)
+    else:
+        image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def encode_image(path):
+    """Reads, validates and, where needed, converts one image file.
+
+    Args:
+        path: the image file.
+
+    Returns:
+        An `EncodedImage` with the bytes to store, their format and the
+        upright height and width.
+
+    Raises:
+        InvalidImageError: the file is empty, unreadable, truncated, not an
+            image, or over Pillow's decompression-bomb limit.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InvalidImageError(f"cannot read file: {e.strerror or e}") from e
+    if not data:
+        raise InvalidImageError("empty file (0 bytes)")
+    try:
+        image = Image.open(io.BytesIO(data))
+        source_format = image.format
+        image.load()  # Decodes every pixel: this is the validation.
+    except Image.DecompressionBombError as e:
+        raise InvalidImageError(f"decompression bomb refused: {e}") from e
+    except Image.UnidentifiedImageError as e:
+        raise InvalidImageError("not an image file (unknown format)") from e
+    except Exception as e:  # Pillow raises many types for bad data.
+        raise InvalidImageError(
+            f"not a decodable image ({type(e).__name__}: {e})"
+        ) from e
+    orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
+
+    if source_format == "JPEG":
+        if image.mode in ("L", "RGB") and orientation in (1, None):
+            return EncodedImage(data, "jpeg", image.height, image.width, False)
+        upright = ImageOps.exif_transpose(image)
+        upright = upright.convert("L" if upright.mode == "L" else "RGB")
+        return EncodedImage(
+            _save(upright, "jpeg"), "jpeg", upright.height, upright.width, True
+        )
+    if source_format == "PNG" and orientation in (1, None):
+        return EncodedImage(data, "png", image.height, image.width, False)
+    upright = _to_storable(ImageOps.exif_transpose(image))
+    return EncodedImage(
+        _save(upright, "png"), "png", upright.height, upright.width, True
+    )

@@ -1,0 +1,320 @@
+"""Writing a source layout into validated, shuffled, sharded TFRecords.
+
+The export:
+
+1. carves a validation split when the source has none (deterministic and
+   stratified by class);
+2. shuffles each split with the seed, so that every shard mixes all classes;
+3. reads, validates and (rarely) converts the images on every CPU core, in a
+   bounded window, so the dataset is never held in memory;
+4. writes the shards, the invalid-file report and, last, `metadata.json` into a
+   temporary folder, and renames it into place. A crash at any point leaves
+   either the previous cache or no cache, never a half-written one.
+"""
+
+import collections
+import datetime
+import math
+import os
+import shutil
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from keras_datum import cache
+from keras_datum import encode
+from keras_datum import problems
+from keras_datum.version import __version__
+
+# Big datasets get shards of about this size: large enough for sequential
+# reads, small enough that many readers can share a split.
+TARGET_SHARD_BYTES = 128 * 2**20
+# Small datasets still get up to 16 shards (so reading interleaves and
+# distributed workers each get files), but never fewer than this many
+# examples per shard.
+MIN_EXAMPLES_PER_SHARD = 64
+MAX_SMALL_SHARDS = 16
+# Images in flight per worker thread: enough to hide file latency, few enough
+# that memory stays flat.
+WINDOW_PER_WORKER = 8
+SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
+IMAGE_FEATURES = {
+    "image": {"dtype": "string", "shape": []},
+    "image/format": {"dtype": "string", "shape": []},
+    "image/filename": {"dtype": "string", "shape": []},
+    "image/height": {"dtype": "int64", "shape": []},
+    "image/width": {"dtype": "int64", "shape": []},
+}
+
+
+def num_shards(num_examples, num_bytes):
+    by_size = math.ceil(num_bytes / TARGET_SHARD_BYTES)
+    by_count = min(MAX_SMALL_SHARDS, num_examples // MIN_EXAMPLES_PER_SHARD)
+    return max(1, by_size, by_count)
+
+
+def carve_validation(records, validation_split, seed):
+    """Splits `records` into (train, val), stratified by `record.stratum`.
+
+    Each stratum (class) gives `round(len * validation_split)` examples to
+    validation, chosen by a generator seeded with `seed`. Both lists keep
+    the source order. The same records and seed give the same split in any
+    process.
+    """
+    rng = np.random.default_rng(seed)
+    strata = collections.defaultdict(list)
+    for index, record in enumerate(records):
+        strata[record.stratum].append(index)
+    val_indices = set()
+    for members in strata.values():  # In order of first appearance.
+        count = int(round(len(members) * validation_split))
+        chosen = rng.permutation(len(members))[:count]
+        val_indices.update(members[i] for i in chosen)
+    train = [r for i, r in enumerate(records) if i not in val_indices]
+    val = [r for i, r in enumerate(records) if i in val_indices]
+    return train, val
+
+
+def plan_splits(layout, validation_split, seed):
+    """The records of each split, after carving a validation split if needed."""
+    splits = dict(layout.splits)
+    carved = False
+    if "val" not in splits and validation_split:
+        splits["train"], splits["val"] = carve_validation(
+            splits["train"], validation_split, seed
+        )
+        carved = True
+    return {s: splits[s] for s in ("train", "val", "test") if s in splits}, carved
+
+
+def _encode(record):
+    try:
+        return record, encode.encode_image(record.path)
+    except encode.InvalidImageError as e:
+        return record, e
+
+
+def _ordered_map(fn, items, workers):
+    """`map(fn, items)` on a thread pool, in order, at most a window ahead.
+
+    Pillow releases the GIL while decoding, so threads use every core.
+    """
+    window = workers * WINDOW_PER_WORKER
+    pending = collections.deque()
+    with ThreadPoolExecutor(workers) as pool:
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _feature(values):
+    if isinstance(values, bytes):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[values]))
+    if all(isinstance(v, int) for v in values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+
+def serialize(record, image):
+    features = {
+        "image": _feature(image.data),
+        "image/format": _feature(image.format.encode()),
+        "image/filename": _feature(record.relpath.encode("utf-8")),
+        "image/height": _feature([image.height]),
+        "image/width": _feature([image.width]),
+    }
+    for name, values in record.labels.items():
+        features[name] = _feature(values)
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString()
+
+
+def _write_split(split, records, folder, seed, on_invalid, workers, progress):
+    """Writes one split's shards; returns (split metadata, invalid entries)."""
+    num_bytes = sum(os.path.getsize(r.path) for r in records)
+    count = num_shards(len(records), num_bytes)
+    stream = SPLIT_STREAMS[split]  # Each split gets its own seeded stream.
+    order = np.random.default_rng([seed, stream]).permutation(len(records))
+    names = [cache.shard_name(split, i, count) for i in range(count)]
+    writers = [tf.io.TFRecordWriter(os.path.join(folder, n)) for n in names]
+    lengths = [0] * count
+    invalid = []
+    heights, widths = [], []
+    written = 0
+    try:
+        ordered = (records[i] for i in order)
+        for record, result in _ordered_map(_encode, ordered, workers):
+            progress.update(1)
+            if isinstance(result, encode.InvalidImageError):
+                if on_invalid == "raise":
+                    raise encode.InvalidImageError(
+                        f"Invalid image {record.path!r}: {result}. Pass "
+                        "on_invalid='skip' to leave such files out."
+                    )
+                invalid.append(
+                    {"split": split, "file": record.relpath, "reason": str(result)}
+                )
+                continue
+            shard = written % count
+            writers[shard].write(serialize(record, result))
+            lengths[shard] += 1
+            written += 1
+            heights.append(result.height)
+            widths.append(result.width)
+    finally:
+        for writer in writers:
+            writer.close()
+    info = {
+        "num_examples": written,
+        "shards": [{"file": n, "num_examples": k} for n, k in zip(names, lengths)],
+        "image_sizes": _size_stats(heights, widths),
+    }
+    return info, invalid
+
+
+def _size_stats(heights, widths):
+    if not heights:
+        return {}
+    return {
+        name: {"min": int(np.min(v)), "mean": float(np.mean(v)), "max": int(np.max(v))}
+        for name, v in (("height", heights), ("width", widths))
+    }
+
+
+def check_cache_target(cache_dir):
+    """Refuses to replace a folder that is not a keras_datum cache.
+
+    Raises:
+        ValueError: `cache_dir` holds files that keras_datum did not write.
+    """
+    if (
+        os.path.isdir(cache_dir)
+        and os.listdir(cache_dir)
+        and not cache.is_cache_folder(cache_dir)
+    ):
+        raise ValueError(
+            f"`cache_dir` {cache_dir!r} exists and is not a keras_datum cache "
+            "(it has no metadata.json); refusing to overwrite it. Choose an "
+            "empty or new folder."
+        )
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise ValueError(f"`cache_dir` {cache_dir!r} exists and is not a folder.")
+
+
+def remove_leftovers(cache_dir):
+    """Removes temporary folders of exports that died (call under the lock)."""
+    parent = os.path.dirname(cache_dir.rstrip(os.sep)) or "."
+    base = os.path.basename(cache_dir.rstrip(os.sep))
+    if not os.path.isdir(parent):
+        return
+    for name in os.listdir(parent):
+        if name.startswith(base + ".tmp-") or name.startswith(base + ".old-"):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _commit(tmp_dir, cache_dir):
+    """Moves the finished export into place, replacing an older cache."""
+    old = None
+    if os.path.isdir(cache_dir):
+        if cache.is_cache_folder(cache_dir):
+            old = f"{cache_dir.rstrip(os.sep)}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(cache_dir, old)
+        else:
+            os.rmdir(cache_dir)  # Empty, as check_cache_target ensured.
+    os.replace(tmp_dir, cache_dir)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_layout(
+    layout,
+    root,
+    cache_dir,
+    *,
+    fingerprint,
+    export_options,
+    on_invalid="skip",
+    verbose=True,
+):
+    """Writes `layout` into `cache_dir`; returns the metadata dict.
+
+    Call it holding `cache.export_lock(cache_dir)`.
+
+    Raises:
+        ValueError: no valid image was found, or an invalid one was found
+            with `on_invalid="raise"` (the message names the file).
+        OSError: the cache location cannot be written (disk full, no
+            permission); no partial cache is left behind.
+    """
+    check_cache_target(cache_dir)
+    remove_leftovers(cache_dir)
+    seed = export_options["seed"]
+    splits, carved = plan_splits(layout, export_options["validation_split"], seed)
+    problem = problems.get(layout.problem)
+    tmp_dir = f"{cache_dir.rstrip(os.sep)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.makedirs(tmp_dir)
+    workers = os.cpu_count() or 1
+    total = sum(len(r) for r in splits.values())
+    try:
+        split_info, invalid = {}, []
+        with tqdm(
+            total=total, desc="Exporting", unit="img", disable=not verbose
+        ) as progress:
+            for split, records in splits.items():
+                split_info[split], bad = _write_split(
+                    split, records, tmp_dir, seed, on_invalid, workers, progress
+                )
+                invalid += bad
+        if split_info["train"]["num_examples"] == 0:
+            raise ValueError(
+                f"No valid image was found in {root!r}: all "
+                f"{len(splits['train'])} training files are invalid "
+                f"(first: {invalid[0]['file']!r}: {invalid[0]['reason']})."
+            )
+        cache.write_json(os.path.join(tmp_dir, cache.REPORT_FILE), invalid)
+        meta = {
+            "schema_version": cache.SCHEMA_VERSION,
+            "keras_datum_version": __version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "source": os.path.abspath(root),
+            "problem": layout.problem,
+            "layout": layout.name,
+            "class_names": layout.info["class_names"],
+            "label_spec": layout.info["label_spec"],
+            "splits": split_info,
+            "features": {**IMAGE_FEATURES, **problem.label_features(layout.info)},
+            "export_options": export_options,
+            "validation_carve": {
+                "carved": carved,
+                "validation_split": export_options["validation_split"],
+                "seed": seed,
+                "stratified_by_class": carved
+                and layout.info["label_spec"]["type"] == "class",
+            },
+            "source_fingerprint": fingerprint,
+            "invalid_files": {"count": len(invalid), "report": cache.REPORT_FILE},
+        }
+        cache.write_json(os.path.join(tmp_dir, cache.METADATA_FILE), meta)
+        _commit(tmp_dir, cache_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    if invalid:
+        warnings.warn(
+            f"{len(invalid)} invalid files were left out of the export; see "
+            f"{os.path.join(cache_dir, cache.REPORT_FILE)} for each file and "
+            "its reason.",
+            stacklevel=3,
+        )
+    return meta

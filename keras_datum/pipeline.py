@@ -1,0 +1,129 @@
+"""The tf.data read path: shards -> examples -> decoded, resized images -> batches.
+
+Everything here is graph code: no Python runs per example.
+"""
+
+import os
+
+import tensorflow as tf
+
+from keras_datum import problems
+
+AUTOTUNE = tf.data.AUTOTUNE
+CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
+# Encoded examples held for shuffling. With the write-time shuffle and the
+# interleave of several shards, a few thousand already mixes the classes well.
+DEFAULT_SHUFFLE_BUFFER = 2048
+MAX_INTERLEAVE = 16
+_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
+
+
+def parse_spec(features):
+    """The `tf.io.parse_single_example` spec for the metadata's feature spec."""
+    spec = {}
+    for name, feature in features.items():
+        dtype = _DTYPES[feature["dtype"]]
+        if feature["shape"] is None:
+            spec[name] = tf.io.VarLenFeature(dtype)
+        else:
+            spec[name] = tf.io.FixedLenFeature(feature["shape"], dtype)
+    return spec
+
+
+def _crop_to_aspect_ratio(image, image_size):
+    """The centre crop with the target's aspect ratio, as Keras's `smart_resize`."""
+    shape = tf.shape(image)
+    height, width = shape[0], shape[1]
+    target_height, target_width = image_size
+    crop_height = tf.minimum(height, (width * target_height) // target_width)
+    crop_width = tf.minimum(width, (height * target_width) // target_height)
+    top = (height - crop_height) // 2
+    left = (width - crop_width) // 2
+    return image[top : top + crop_height, left : left + crop_width]
+
+
+def resize(image, options):
+    """Resizes a decoded uint8 image to `image_size` as float32 in [0, 255]."""
+    image_size = options["image_size"]
+    method = options["interpolation"]
+    if options["pad_to_aspect_ratio"]:
+        image = tf.image.resize_with_pad(
+            image, image_size[0], image_size[1], method=method
+        )
+    else:
+        if options["crop_to_aspect_ratio"]:
+            image = _crop_to_aspect_ratio(image, image_size)
+        image = tf.image.resize(image, image_size, method=method)
+    image = tf.cast(image, tf.float32)
+    image.set_shape((image_size[0], image_size[1], CHANNELS[options["color_mode"]]))
+    return image
+
+
+def decode_example(serialized, meta, options):
+    """One serialized example -> the problem's KerasCV dict."""
+    parsed = tf.io.parse_single_example(serialized, parse_spec(meta["features"]))
+    parsed = {
+        k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
+        for k, v in parsed.items()
+    }
+    image = tf.io.decode_image(
+        parsed["image"],
+        channels=CHANNELS[options["color_mode"]],
+        expand_animations=False,
+    )
+    images = resize(image, options)
+    problem = problems.get(meta["problem"])
+    return problem.to_inputs(parsed, images, meta, options)
+
+
+def shard_paths(meta, cache_dir, split):
+    return [
+        os.path.join(cache_dir, shard["file"])
+        for shard in meta["splits"][split]["shards"]
+        if shard["num_examples"] > 0
+    ]
+
+
+def build(
+    meta,
+    cache_dir,
+    split,
+    options,
+    *,
+    batch_size,
+    shuffle,
+    repeat,
+    seed,
+    shuffle_buffer_size,
+):
+    """The `tf.data.Dataset` of `(x, y)` batches for one split."""
+    paths = shard_paths(meta, cache_dir, split)
+    deterministic = not shuffle or seed is not None
+    files = tf.data.Dataset.from_tensor_slices(tf.constant(paths, dtype=tf.string))
+    if shuffle and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    dataset = files.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=max(1, min(len(paths), MAX_INTERLEAVE)),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+    if shuffle:
+        buffer = shuffle_buffer_size or min(
+            DEFAULT_SHUFFLE_BUFFER, max(1, meta["splits"][split]["num_examples"])
+        )
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.map(
+        lambda s: decode_example(s, meta, options),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+    if batch_size is not None:
+        dataset = dataset.batch(
+            batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
+        )
+    to_keras = problems.get(meta["problem"]).to_keras
+    dataset = dataset.map(to_keras, num_parallel_calls=AUTOTUNE)
+    return dataset.prefetch(AUTOTUNE)

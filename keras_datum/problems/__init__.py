@@ -1,0 +1,45 @@
+"""Problem types: each module owns its source layouts, label features and `(x, y)`.
+
+A problem module provides:
+
+- `NAME`: the problem name used in `DatumDataset(problem=...)` and metadata.
+- `find_layout(root, follow_links)`: a `Layout`, or `None` when the folder is
+  not of this problem type. Raises `ValueError` for a folder that is of this
+  type but broken.
+- `check_read_options(info, options)`: raises `ValueError` for read options
+  that this dataset cannot honour (for example `label_mode="binary"` with
+  three classes).
+- `label_features(info)`: the JSON feature spec of the label features.
+- `to_inputs(parsed, images, info, options)`: the KerasCV-style dict
+  (`{"images": ..., "labels": ...}`) built from one parsed example.
+- `to_keras(inputs)`: the `(x, y)` (or `x`) handed to Keras.
+
+The shared machinery (export, cache, pipeline) calls only these.
+"""
+
+from keras_datum.problems import classification
+
+PROBLEMS = {classification.NAME: classification}
+PROBLEM_NAMES = tuple(PROBLEMS)
+
+
+def get(name):
+    return PROBLEMS[name]
+
+
+def find_layout(root, problem=None, follow_links=False):
+    """Detects the problem type and layout of `root`.
+
+    Raises:
+        ValueError: when no problem type recognises the folder.
+    """
+    candidates = [PROBLEMS[problem]] if problem else list(PROBLEMS.values())
+    for module in candidates:
+        layout = module.find_layout(root, follow_links=follow_links)
+        if layout is not None:
+            return layout
+    raise ValueError(
+        f"Could not recognise the layout of {root!r}: expected one folder "
+        "per class, split folders (train/, val/, test/) holding class "
+        "folders, or Datum's CSV layout (<split>/ plus <split>.csv)."
+    )

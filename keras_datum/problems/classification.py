@@ -1,0 +1,411 @@
+"""Image classification: class folders, split folders and Datum's CSV layout.
+
+Source layouts, tried in this order:
+
+1. Datum's CSV layout: a `<split>/` folder of images and a `<split>.csv` with a
+   `filename` column (names without extension; with one is accepted too) and
+   label columns.
+
+   ```
+   root/
+     train/  0001.jpg 0002.png ...
+     train.csv          filename,label
+     val/    ...        0001,2
+     val.csv
+   ```
+
+   One label column of integers (or of names) is a class label. One column of
+   integer lists (`[0, 3]`) is multi-label: `y` is a multi-hot float32 vector.
+   Floats, float lists or several numeric columns are regression targets:
+   `y` is a float32 vector. No label column gives unlabelled images.
+2. Split folders: `train/`, `val/` or `validation/`, and `test/`, each holding
+   class folders.
+3. One folder per class, exactly as `keras.utils.image_dataset_from_directory`
+   reads it: classes are the sorted non-hidden subfolders, and images are
+   found recursively below each.
+"""
+
+import csv
+import os
+import re
+
+import tensorflow as tf
+
+from keras_datum import sources
+from keras_datum.sources import ExampleRecord
+from keras_datum.sources import Layout
+
+NAME = "classification"
+SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+LABEL_MODES = ("int", "categorical", "binary", None)
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+# --- Finding examples -------------------------------------------------------
+
+
+def find_layout(root, follow_links=False):
+    layout = _find_csv_layout(root, follow_links)
+    if layout is not None:
+        return layout
+    subdirs = sources.visible_subdirs(root)
+    if subdirs and "train" in subdirs and set(subdirs) <= set(SPLIT_FOLDERS):
+        return _find_split_folders(root, subdirs, follow_links)
+    return _find_class_folders(root, subdirs, follow_links)
+
+
+def _class_folder_records(directory, class_names, root, follow_links):
+    records = []
+    for index, name in enumerate(class_names):
+        class_dir = os.path.join(directory, name)
+        for path in sources.iter_image_files(class_dir, follow_links):
+            records.append(
+                ExampleRecord(
+                    path=path,
+                    relpath=sources.relative_path(path, root),
+                    labels={"label": [index]},
+                    stratum=index,
+                )
+            )
+    return records
+
+
+def _class_info(class_names):
+    return {
+        "class_names": list(class_names),
+        "label_spec": {"type": "class", "num_classes": len(class_names)},
+    }
+
+
+def _no_images_error(directory):
+    return ValueError(
+        f"No images found in {directory!r}. Expected files ending in one of "
+        f"{', '.join(sources.IMAGE_FORMATS)} inside one folder per class."
+    )
+
+
+def _find_class_folders(root, class_names, follow_links):
+    if not os.listdir(root):
+        raise ValueError(f"The source folder {root!r} is empty.")
+    if not class_names:
+        raise ValueError(
+            f"No class folders found in {root!r}: put the images of each "
+            "class in a subfolder named after the class."
+        )
+    records = _class_folder_records(root, class_names, root, follow_links)
+    if not records:
+        raise _no_images_error(root)
+    return Layout(
+        name="class_folders",
+        problem=NAME,
+        splits={"train": records},
+        info=_class_info(class_names),
+    )
+
+
+def _find_split_folders(root, subdirs, follow_links):
+    if "val" in subdirs and "validation" in subdirs:
+        raise ValueError(
+            f"{root!r} has both 'val/' and 'validation/' folders; keep one."
+        )
+    class_names = sources.visible_subdirs(os.path.join(root, "train"))
+    if not class_names:
+        raise ValueError(
+            f"No class folders found in {os.path.join(root, 'train')!r}."
+        )
+    splits = {}
+    for folder in subdirs:
+        split_dir = os.path.join(root, folder)
+        extra = sorted(set(sources.visible_subdirs(split_dir)) - set(class_names))
+        if extra:
+            raise ValueError(
+                f"{split_dir!r} has class folders that 'train/' lacks: {extra}."
+            )
+        splits[SPLIT_FOLDERS[folder]] = _class_folder_records(
+            split_dir, class_names, root, follow_links
+        )
+    if not splits["train"]:
+        raise _no_images_error(os.path.join(root, "train"))
+    return Layout(
+        name="split_folders",
+        problem=NAME,
+        splits=splits,
+        info=_class_info(class_names),
+    )
+
+
+# --- Datum's CSV layout -----------------------------------------------------
+
+
+def _find_csv_layout(root, follow_links):
+    found = {}
+    for folder, split in SPLIT_FOLDERS.items():
+        csv_path = os.path.join(root, folder + ".csv")
+        if os.path.isfile(csv_path) and os.path.isdir(os.path.join(root, folder)):
+            if split in found:
+                raise ValueError(
+                    f"{root!r} has both 'val.csv' and 'validation.csv'; keep one."
+                )
+            found[split] = (folder, csv_path)
+    if not found:
+        return None
+    if "train" not in found:
+        raise ValueError(
+            f"{root!r} has CSV splits {sorted(found)} but no 'train.csv' "
+            "with a 'train/' folder."
+        )
+    rows_by_split = {}
+    columns = None
+    for split, (folder, csv_path) in found.items():
+        split_columns, rows = _read_csv(root, folder, csv_path, follow_links)
+        if columns is not None and split_columns != columns:
+            raise ValueError(
+                f"{csv_path!r} has label columns {split_columns}, but the "
+                f"other CSV files have {columns}."
+            )
+        columns = split_columns
+        rows_by_split[split] = rows
+    label_spec, class_names, encode = _infer_labels(columns, rows_by_split)
+    splits = {}
+    for split, rows in rows_by_split.items():
+        splits[split] = []
+        for path, cells, _where in rows:
+            labels, stratum = encode(cells)
+            splits[split].append(
+                ExampleRecord(
+                    path=path,
+                    relpath=sources.relative_path(path, root),
+                    labels=labels,
+                    stratum=stratum,
+                )
+            )
+    return Layout(
+        name="csv",
+        problem=NAME,
+        splits=splits,
+        info={"class_names": class_names, "label_spec": label_spec},
+        extra_files=[csv_path for _, csv_path in found.values()],
+    )
+
+
+def _read_csv(root, folder, csv_path, follow_links):
+    """Returns (label column names, [(image path, label cells, 'file:line')])."""
+    image_dir = os.path.join(root, folder)
+    by_stem = {}
+    for path in sources.iter_image_files(image_dir, follow_links):
+        rel = sources.relative_path(path, image_dir)
+        by_stem.setdefault(os.path.splitext(rel)[0], []).append(path)
+        by_stem.setdefault(rel, []).append(path)
+    with open(csv_path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header or "filename" not in [h.strip() for h in header]:
+            raise ValueError(
+                f"{csv_path!r} needs a header row with a 'filename' column. "
+                f"Received header: {header}"
+            )
+        header = [h.strip() for h in header]
+        name_index = header.index("filename")
+        label_columns = [h for i, h in enumerate(header) if i != name_index]
+        rows, missing = [], []
+        for line, row in enumerate(reader, start=2):
+            if not any(cell.strip() for cell in row):
+                continue
+            where = f"{csv_path}:{line}"
+            if len(row) != len(header):
+                raise ValueError(
+                    f"{where}: expected {len(header)} columns, found {len(row)}."
+                )
+            name = row[name_index].strip()
+            sources.resolve_inside(image_dir, name, where)
+            matches = by_stem.get(name.replace(os.sep, "/"))
+            if not matches:
+                missing.append(name)
+                continue
+            if len(matches) > 1:
+                raise ValueError(
+                    f"{where}: {name!r} matches several files: "
+                    f"{[os.path.basename(m) for m in matches]}."
+                )
+            cells = [c for i, c in enumerate(row) if i != name_index]
+            rows.append((matches[0], cells, where))
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        raise ValueError(
+            f"{csv_path!r} names {len(missing)} files missing from "
+            f"{image_dir!r}: {shown}{' ...' if len(missing) > 5 else ''}"
+        )
+    if not rows:
+        raise ValueError(f"{csv_path!r} lists no images.")
+    return label_columns, rows
+
+
+def parse_label_cell(text, where):
+    """Parses one CSV label cell: an int, a float, a `[list]` of them, or a name.
+
+    Never evaluates the text: numbers are matched explicitly.
+    """
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        items = [t for t in re.split(r"[,\s;]+", text[1:-1]) if t]
+        values = []
+        for item in items:
+            if not _NUMBER.match(item):
+                raise ValueError(f"{where}: {item!r} in {text!r} is not a number.")
+            values.append(_number(item))
+        return values
+    if _NUMBER.match(text):
+        return _number(text)
+    if not text:
+        raise ValueError(f"{where}: empty label cell.")
+    return text
+
+
+def _number(text):
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    return float(text)
+
+
+def _infer_labels(columns, rows_by_split):
+    """Chooses the label type from every cell; returns (spec, names, encode)."""
+    all_rows = [row for rows in rows_by_split.values() for row in rows]
+    if not columns:
+        return {"type": "none"}, [], lambda cells: ({}, None)
+    parsed = [
+        [parse_label_cell(cell, where) for cell in cells]
+        for _, cells, where in all_rows
+    ]
+    if len(columns) > 1:
+        for (_, _, where), values in zip(all_rows, parsed):
+            for column, value in zip(columns, values):
+                if not isinstance(value, (int, float)):
+                    raise ValueError(
+                        f"{where}: column {column!r} must hold a number when "
+                        f"there are several label columns. Received: {value!r}"
+                    )
+        spec = {"type": "regression", "size": len(columns), "columns": columns}
+        return spec, [], lambda cells: (
+            {"label": [float(parse_label_cell(c, "")) for c in cells]},
+            None,
+        )
+
+    values = [v[0] for v in parsed]
+    kinds = {
+        "list" if isinstance(v, list) else "str" if isinstance(v, str) else
+        "int" if isinstance(v, int) else "float"
+        for v in values
+    }
+    if kinds == {"str"}:
+        names = sorted(set(values))
+        index = {name: i for i, name in enumerate(names)}
+        spec = {"type": "class", "num_classes": len(names), "columns": columns}
+        return spec, names, lambda cells: _class_label(index[cells[0].strip()])
+    if kinds == {"int"}:
+        for v, (_, _, where) in zip(values, all_rows):
+            if v < 0:
+                raise ValueError(
+                    f"{where}: class labels must be >= 0. Received: {v}"
+                )
+        count = max(values) + 1
+        spec = {"type": "class", "num_classes": count, "columns": columns}
+        return spec, [str(i) for i in range(count)], lambda cells: _class_label(
+            int(cells[0])
+        )
+    if kinds <= {"int", "float"}:
+        spec = {"type": "regression", "size": 1, "columns": columns}
+        return spec, [], lambda cells: ({"label": [float(cells[0])]}, None)
+    if kinds == {"list"}:
+        if all(isinstance(x, int) and x >= 0 for v in values for x in v):
+            count = max((x for v in values for x in v), default=-1) + 1
+            spec = {"type": "multi_label", "num_classes": count, "columns": columns}
+            names = [str(i) for i in range(count)]
+            return spec, names, lambda cells: (
+                {"label": parse_label_cell(cells[0], "")},
+                None,
+            )
+        sizes = {len(v) for v in values}
+        if len(sizes) != 1:
+            raise ValueError(
+                f"Column {columns[0]!r} holds float lists of different lengths "
+                f"{sorted(sizes)}; regression targets need one length."
+            )
+        spec = {"type": "regression", "size": sizes.pop(), "columns": columns}
+        return spec, [], lambda cells: (
+            {"label": [float(x) for x in parse_label_cell(cells[0], "")]},
+            None,
+        )
+    raise ValueError(
+        f"Column {columns[0]!r} mixes label kinds {sorted(kinds)}; use one of "
+        "integers, floats, [lists] or class names throughout."
+    )
+
+
+def _class_label(index):
+    return {"label": [index]}, index
+
+
+# --- Reading ----------------------------------------------------------------
+
+
+def check_read_options(info, options):
+    spec = info["label_spec"]
+    label_mode = options["label_mode"]
+    if spec["type"] == "class":
+        if label_mode == "binary" and spec["num_classes"] != 2:
+            raise ValueError(
+                'When passing `label_mode="binary"`, there must be exactly 2 '
+                f"classes. Received: class_names={info['class_names']}"
+            )
+    elif spec["type"] == "none":
+        if label_mode is not None:
+            raise ValueError(
+                "This dataset has no label columns, so `label_mode` must be "
+                f"None. Received: label_mode={label_mode!r}"
+            )
+    elif label_mode in ("categorical", "binary"):
+        raise ValueError(
+            f"`label_mode={label_mode!r}` needs class labels, but this "
+            f"dataset's labels are {spec['type']} (y is a float32 vector). "
+            "Use label_mode='int' (the default) or None."
+        )
+
+
+def label_features(info):
+    spec = info["label_spec"]
+    if spec["type"] == "class":
+        return {"label": {"dtype": "int64", "shape": []}}
+    if spec["type"] == "multi_label":
+        return {"label": {"dtype": "int64", "shape": None}}
+    if spec["type"] == "regression":
+        return {"label": {"dtype": "float32", "shape": [spec["size"]]}}
+    return {}
+
+
+def to_inputs(parsed, images, info, options):
+    """Builds the KerasCV dict for one example (graph code, no Python per row)."""
+    inputs = {"images": images}
+    spec = info["label_spec"]
+    label_mode = options["label_mode"]
+    if label_mode is None or spec["type"] == "none":
+        return inputs
+    label = parsed["label"]
+    if spec["type"] == "class":
+        if label_mode == "categorical":
+            label = tf.one_hot(label, spec["num_classes"], dtype=tf.float32)
+        elif label_mode == "binary":
+            label = tf.reshape(tf.cast(label, tf.float32), [1])
+        else:
+            label = tf.cast(label, tf.int32)
+    elif spec["type"] == "multi_label":
+        hot = tf.one_hot(label, spec["num_classes"], dtype=tf.float32)
+        label = tf.minimum(tf.reduce_sum(hot, axis=0), 1.0)
+        label = tf.reshape(label, [spec["num_classes"]])
+    inputs["labels"] = label
+    return inputs
+
+
+def to_keras(inputs):
+    if "labels" in inputs:
+        return inputs["images"], inputs["labels"]
+    return inputs["images"]

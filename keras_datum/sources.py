@@ -1,0 +1,118 @@
+"""Walking a source folder: which files are images, and where they are.
+
+Shared by every problem type. Nothing here reads pixels (that is `encode`)
+or imports TensorFlow, so listing a big tree stays cheap.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+# Every extension `keras.utils.image_dataset_from_directory` accepts, plus the
+# formats TensorFlow cannot decode, which the export converts.
+KERAS_IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
+CONVERTED_IMAGE_FORMATS = (".webp", ".tif", ".tiff")
+IMAGE_FORMATS = KERAS_IMAGE_FORMATS + CONVERTED_IMAGE_FORMATS
+
+
+@dataclass
+class ExampleRecord:
+    """One source example before export.
+
+    Attributes:
+        path: absolute path of the image file.
+        relpath: path relative to the source root, with `/` separators. It is
+            stored in the shard, named in reports, and keys the fingerprint.
+        labels: feature name -> list of ints or floats, written as is.
+        stratum: what the validation carve stratifies on (the class), or
+            `None` when the labels have no classes.
+    """
+
+    path: str
+    relpath: str
+    labels: dict = field(default_factory=dict)
+    stratum: object = None
+
+
+def visible_subdirs(directory):
+    """Sorted non-hidden subfolders, as Keras lists class folders."""
+    return [
+        name
+        for name in sorted(os.listdir(directory))
+        if not name.startswith(".")
+        and os.path.isdir(os.path.join(directory, name))
+    ]
+
+
+def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
+    """Yields image file paths below `directory` in Keras's order.
+
+    Keras sorts the walk by folder, then the files in each folder. Hidden
+    folders below a class folder (`.ipynb_checkpoints`) are skipped, and so
+    are hidden files. A symlink loop cannot trap the walk: with
+    `follow_links=True` each real folder is visited once.
+    """
+    seen = set()
+    walk = []
+    for root, dirs, files in os.walk(directory, followlinks=follow_links):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if follow_links:
+            real = os.path.realpath(root)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
+        walk.append((root, files))
+    for root, files in sorted(walk, key=lambda item: item[0]):
+        for name in sorted(files):
+            if not name.startswith(".") and name.lower().endswith(formats):
+                yield os.path.join(root, name)
+
+
+def relative_path(path, root):
+    return os.path.relpath(path, root).replace(os.sep, "/")
+
+
+def resolve_inside(root, name, what):
+    """Joins a file name read from an annotation or CSV onto `root`.
+
+    Raises:
+        ValueError: when the name is absolute or escapes `root` (`../x`).
+    """
+    if not name or os.path.isabs(name) or "\x00" in name:
+        raise ValueError(f"{what} names an invalid path: {name!r}")
+    full = os.path.normpath(os.path.join(root, name))
+    root_norm = os.path.normpath(root)
+    if os.path.commonpath([full, root_norm]) != root_norm:
+        raise ValueError(
+            f"{what} names a path outside the dataset root {root!r}: {name!r}"
+        )
+    return full
+
+
+@dataclass
+class Layout:
+    """What a problem module found in a source folder.
+
+    Attributes:
+        name: the layout's name, reported to the user (`"class_folders"`).
+        problem: the problem name.
+        splits: split name -> list of `ExampleRecord`, in source order.
+        info: JSON-serialisable facts the reader needs (`class_names`,
+            `label_spec`), stored in the metadata.
+        extra_files: absolute paths of non-image files read (CSV,
+            annotations): part of the source fingerprint.
+    """
+
+    name: str
+    problem: str
+    splits: dict
+    info: dict
+    extra_files: list = field(default_factory=list)
+
+    def describe(self):
+        counts = ", ".join(f"{s}: {len(r)}" for s, r in self.splits.items())
+        classes = self.info.get("class_names") or []
+        return (
+            f"Found layout '{self.name}' ({self.problem}) with "
+            f"{len(classes)} classes; files per split: {counts}."
+        )
