@@ -4,7 +4,8 @@ The export:
 
 1. carves a validation split when the source has none (deterministic and
    stratified by class);
-2. shuffles each split with the seed, so that every shard mixes all classes;
+2. shuffles each split with the seed, spreading every class evenly, so that
+   every shard mixes all classes;
 3. reads, validates and (rarely) converts the images on every CPU core, in a
    bounded window, so the dataset is never held in memory;
 4. writes the shards, the invalid-file report and, last, `metadata.json` into a
@@ -91,11 +92,40 @@ def plan_splits(layout, validation_split, seed):
     return {s: splits[s] for s in ("train", "val", "test") if s in splits}, carved
 
 
-def _encode(record):
+def plan_shards(records, count, rng):
+    """Shuffles `records` and deals them to `count` shards, class by class.
+
+    Each class is shuffled and dealt round-robin, continuing where the
+    previous class stopped, so shard lengths differ by at most one and every
+    class with at least `count` examples is in every shard. The write order
+    interleaves the classes in proportion: the j-th member of a class of n
+    gets the key `(j + u) / n`, `u` uniform in [0, 1). Records without a class
+    form one stratum, for which this is a plain shuffle.
+
+    Returns:
+        `(order, shard_of)`: the indices in write order, and each index's shard.
+    """
+    strata = collections.defaultdict(list)
+    for index, record in enumerate(records):
+        strata[record.stratum].append(index)
+    keys = np.empty(len(records))
+    shard_of = np.empty(len(records), dtype=np.int64)
+    start = 0
+    for members in strata.values():
+        shuffled = rng.permutation(members)
+        size = len(members)
+        keys[shuffled] = (np.arange(size) + rng.uniform(size=size)) / size
+        shard_of[shuffled] = (start + np.arange(size)) % count
+        start += size
+    return np.argsort(keys, kind="stable"), shard_of
+
+
+def _encode(item):
+    record, _ = item
     try:
-        return record, encode.encode_image(record.path)
+        return item, encode.encode_image(record.path)
     except encode.InvalidImageError as e:
-        return record, e
+        return item, e
 
 
 def _ordered_map(fn, items, workers):
@@ -145,7 +175,8 @@ def _write_split(split, records, folder, seed, on_invalid, workers, progress):
     num_bytes = sum(os.path.getsize(r.path) for r in records)
     count = num_shards(len(records), num_bytes)
     stream = SPLIT_STREAMS[split]  # Each split gets its own seeded stream.
-    order = np.random.default_rng([seed, stream]).permutation(len(records))
+    rng = np.random.default_rng([seed, stream])
+    order, shard_of = plan_shards(records, count, rng)
     names = [cache.shard_name(split, i, count) for i in range(count)]
     writers = [tf.io.TFRecordWriter(os.path.join(folder, n)) for n in names]
     lengths = [0] * count
@@ -153,8 +184,8 @@ def _write_split(split, records, folder, seed, on_invalid, workers, progress):
     heights, widths = [], []
     written = 0
     try:
-        ordered = (records[i] for i in order)
-        for record, result in _ordered_map(_encode, ordered, workers):
+        ordered = ((records[i], shard_of[i]) for i in order)
+        for (record, shard), result in _ordered_map(_encode, ordered, workers):
             progress.update(1)
             if isinstance(result, encode.InvalidImageError):
                 if on_invalid == "raise":
@@ -166,7 +197,6 @@ def _write_split(split, records, folder, seed, on_invalid, workers, progress):
                     {"split": split, "file": record.relpath, "reason": str(result)}
                 )
                 continue
-            shard = written % count
             writers[shard].write(serialize(record, result))
             lengths[shard] += 1
             written += 1

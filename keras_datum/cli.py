@@ -1,0 +1,116 @@
+"""The `keras-datum` command: export, info, demo."""
+
+import argparse
+import json
+import os
+import sys
+
+
+def _export(args):
+    from keras_datum.dataset import DatumDataset
+
+    ds = DatumDataset(
+        args.source,
+        cache_dir=args.cache_dir,
+        validation_split=args.validation_split,
+        seed=args.seed,
+        on_invalid=args.on_invalid,
+        follow_links=args.follow_links,
+    )
+    meta = ds.export(force=args.force)
+    print(f"Cache: {ds.cache_dir}")
+    _print_info(meta, ds.cache_dir)
+
+
+def _print_info(meta, cache_dir):
+    from keras_datum import cache
+
+    print(f"Source: {meta['source']}")
+    print(f"Problem: {meta['problem']} (layout '{meta['layout']}')")
+    names = meta["class_names"]
+    print(f"Classes ({len(names)}): {', '.join(names) if names else '-'}")
+    for split, info in meta["splits"].items():
+        print(
+            f"  {split}: {info['num_examples']} examples in "
+            f"{len(info['shards'])} shards"
+        )
+    invalid = meta["invalid_files"]["count"]
+    print(f"Invalid files left out: {invalid}")
+    if invalid:
+        with open(os.path.join(cache_dir, cache.REPORT_FILE)) as f:
+            for entry in json.load(f):
+                print(f"  {entry['split']}/{entry['file']}: {entry['reason']}")
+
+
+def _info(args):
+    from keras_datum import cache
+
+    path = os.path.abspath(args.path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Path not found: {args.path!r}")
+    cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
+    meta = cache.read_metadata(cache_dir)
+    if meta is None:
+        raise ValueError(
+            f"No keras_datum cache found for {args.path!r} (looked in "
+            f"{cache_dir!r}). Run `keras-datum export {args.path}` first."
+        )
+    print(f"Cache: {cache_dir}")
+    _print_info(meta, cache_dir)
+
+
+def _demo(args):
+    from keras_datum.demo import run_demo
+
+    accuracy = run_demo(
+        data_dir=args.data_dir,
+        cache_dir=args.cache_dir,
+        images_per_class=args.images_per_class,
+        image_size=args.image_size,
+        epochs=args.epochs,
+    )
+    return 0 if accuracy > 0 else 1
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-datum",
+        description="Validated, cached TFRecord datasets for Keras.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    export = commands.add_parser("export", help="export a source folder to TFRecords")
+    export.add_argument("source")
+    export.add_argument("--cache-dir", default=None)
+    export.add_argument("--validation-split", type=float, default=0.2)
+    export.add_argument("--seed", type=int, default=None)
+    export.add_argument("--on-invalid", choices=["skip", "raise"], default="skip")
+    export.add_argument("--follow-links", action="store_true")
+    export.add_argument("--force", action="store_true", help="export even if cached")
+    export.set_defaults(run=_export)
+
+    info = commands.add_parser("info", help="classes, counts, shards, invalid files")
+    info.add_argument("path", help="a cache folder, or a source folder")
+    info.set_defaults(run=_info)
+
+    demo = commands.add_parser("demo", help="draw a shapes dataset, export, train")
+    demo.add_argument("--data-dir", default=None)
+    demo.add_argument("--cache-dir", default=None)
+    demo.add_argument("--images-per-class", type=int, default=500)
+    demo.add_argument("--image-size", type=int, default=64)
+    demo.add_argument("--epochs", type=int, default=20)
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except (ValueError, FileNotFoundError, TimeoutError) as e:
+        print(f"keras-datum {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Test helpers that read what an export wrote, straight from the shards."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+
+def read_split(ds, split):
+    """[(filename, label or None, decoded uint8 pixels)] of one split, in shard order."""
+    meta = ds.info
+    rows = []
+    for shard in meta["splits"][split]["shards"]:
+        path = os.path.join(ds.cache_dir, shard["file"])
+        for raw in tf.data.TFRecordDataset(path):
+            example = tf.train.Example.FromString(raw.numpy())
+            feature = example.features.feature
+            name = feature["image/filename"].bytes_list.value[0].decode()
+            label = list(feature["label"].int64_list.value) if "label" in feature else None
+            pixels = tf.io.decode_image(
+                feature["image"].bytes_list.value[0], expand_animations=False
+            ).numpy()
+            rows.append((name, label, pixels))
+    return rows
+
+
+def filenames(ds, split):
+    return [name for name, _, _ in read_split(ds, split)]
+
+
+def shard_stats(ds):
+    """{file: (inode, mtime_ns)} of the cache's shards."""
+    out = {}
+    for name in os.listdir(ds.cache_dir):
+        if name.endswith(".tfrecord"):
+            stat = os.stat(os.path.join(ds.cache_dir, name))
+            out[name] = (stat.st_ino, stat.st_mtime_ns)
+    return out
+
+
+def unbatched(dataset):
+    return [(np.asarray(x), np.asarray(y)) for x, y in dataset.unbatch()]

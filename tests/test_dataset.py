@@ -1,0 +1,303 @@
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import make_class_folders
+from conftest import random_image
+from helpers import filenames
+from helpers import read_split
+from helpers import shard_stats
+from helpers import unbatched
+
+from keras_datum import DatumDataset
+
+
+def _keras_reference(root, size=(16, 16)):
+    """{pixel bytes: (relative path, label)} and class names from Keras itself."""
+    reference = keras.utils.image_dataset_from_directory(
+        root, image_size=size, batch_size=None, shuffle=False, verbose=False
+    )
+    by_pixels = {}
+    for (x, y), path in zip(reference, reference.file_paths):
+        key = np.asarray(x).astype(np.uint8).tobytes()
+        by_pixels[key] = (os.path.relpath(path, root), int(y))
+    return reference.class_names, by_pixels
+
+
+def test_round_trip_matches_keras_pixels_and_labels(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False)
+    class_names, reference = _keras_reference(class_folders)
+    assert ds.class_names == class_names == ["bird", "cat", "dog"]
+
+    seen = set()
+    for split in ("train", "val"):
+        for x, y in unbatched(ds.val() if split == "val" else ds.train(shuffle=False)):
+            key = x.astype(np.uint8).tobytes()
+            assert np.array_equal(x, np.round(x)), "pixels must be exact integers"
+            path, label = reference[key]
+            assert int(y) == label
+            seen.add(path)
+    assert len(seen) == 30 == sum(ds.num_examples.values())
+
+
+def test_element_spec_and_dtypes(class_folders):
+    ds = DatumDataset(class_folders, image_size=(8, 12), batch_size=4, verbose=False)
+    x_spec, y_spec = ds.train().element_spec
+    assert x_spec == tf.TensorSpec((None, 8, 12, 3), tf.float32)
+    assert y_spec == tf.TensorSpec((None,), tf.int32)
+    x, _ = next(iter(ds.train()))
+    assert 0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 255
+
+
+@pytest.mark.parametrize(
+    "label_mode, spec",
+    [
+        ("categorical", tf.TensorSpec((None, 3), tf.float32)),
+        ("int", tf.TensorSpec((None,), tf.int32)),
+    ],
+)
+def test_label_modes(class_folders, label_mode, spec):
+    ds = DatumDataset(class_folders, image_size=(16, 16), label_mode=label_mode, verbose=False)
+    assert ds.train().element_spec[1] == spec
+
+
+def test_label_mode_binary_and_none(tmp_path):
+    root = make_class_folders(tmp_path / "two", {"no": 5, "yes": 5})
+    ds = DatumDataset(root, image_size=(16, 16), label_mode="binary", verbose=False)
+    assert ds.train().element_spec[1] == tf.TensorSpec((None, 1), tf.float32)
+    ys = np.concatenate([y for _, y in unbatched(ds.train())])
+    assert set(ys.tolist()) == {0.0, 1.0}
+    ds_none = DatumDataset(root, image_size=(16, 16), label_mode=None, verbose=False)
+    assert ds_none.train().element_spec == tf.TensorSpec((None, 16, 16, 3), tf.float32)
+
+
+def test_color_modes_and_aspect_options(tmp_path):
+    root = make_class_folders(tmp_path / "wide", {"a": 3, "b": 3}, size=(10, 30))
+    for kwargs, channels in (
+        ({"color_mode": "grayscale"}, 1),
+        ({"color_mode": "rgba"}, 4),
+        ({"crop_to_aspect_ratio": True}, 3),
+        ({"pad_to_aspect_ratio": True}, 3),
+    ):
+        ds = DatumDataset(root, image_size=(20, 20), verbose=False, **kwargs)
+        x, _ = next(iter(ds.train()))
+        assert x.shape[1:] == (20, 20, channels)
+    # Padding a 10x30 image to a square leaves black bands top and bottom.
+    ds = DatumDataset(root, image_size=(30, 30), pad_to_aspect_ratio=True, verbose=False)
+    x, _ = next(iter(ds.train()))
+    assert float(tf.reduce_max(x[:, :5])) == 0.0
+    assert float(tf.reduce_max(x[:, 12:18])) > 0.0
+
+
+def test_crop_to_aspect_ratio_takes_the_centre(tmp_path):
+    # A 10x30 image whose middle third is white: cropped to a square, all white.
+    os.makedirs(tmp_path / "src" / "a")
+    pixels = np.zeros((10, 30, 3), np.uint8)
+    pixels[:, 10:20] = 255
+    from PIL import Image
+
+    Image.fromarray(pixels).save(tmp_path / "src" / "a" / "x.png")
+    ds = DatumDataset(
+        str(tmp_path / "src"), image_size=(10, 10), crop_to_aspect_ratio=True,
+        validation_split=None, verbose=False,
+    )
+    x, _ = next(iter(ds.train()))
+    assert float(tf.reduce_min(x)) == 255.0
+
+
+def test_validation_carve_is_deterministic_stratified_and_disjoint(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 10, "b": 20, "c": 5})
+    first = DatumDataset(root, cache_dir=tmp_path / "c1", seed=7, verbose=False)
+    again = DatumDataset(root, cache_dir=tmp_path / "c2", seed=7, verbose=False)
+    other = DatumDataset(root, cache_dir=tmp_path / "c3", seed=8, verbose=False)
+    train, val = set(filenames(first, "train")), set(filenames(first, "val"))
+    assert not train & val
+    assert len(train | val) == 35
+    assert val == set(filenames(again, "val"))
+    assert val != set(filenames(other, "val"))
+    per_class = {c: sum(n.startswith(c + "/") for n in val) for c in "abc"}
+    assert per_class == {"a": 2, "b": 4, "c": 1}
+    carve = first.info["validation_carve"]
+    assert carve == {
+        "carved": True, "validation_split": 0.2, "seed": 7, "stratified_by_class": True
+    }
+
+
+def test_no_validation_split(class_folders):
+    ds = DatumDataset(class_folders, validation_split=None, verbose=False)
+    assert ds.num_examples == {"train": 30}
+    with pytest.raises(ValueError, match="no 'val' split. Its splits are \\['train'\\]"):
+        ds.val()
+
+
+def test_second_dataset_reuses_cache_without_rewriting(class_folders):
+    first = DatumDataset(class_folders, verbose=False)
+    first.export()
+    before = shard_stats(first)
+    second = DatumDataset(class_folders, verbose=False)
+    next(iter(second.train()))
+    assert second.cache_dir == first.cache_dir
+    assert shard_stats(second) == before
+    # Read options (image size, batch size) do not trigger an export either.
+    third = DatumDataset(class_folders, image_size=(8, 8), batch_size=3, verbose=False)
+    next(iter(third.train()))
+    assert shard_stats(third) == before
+
+
+@pytest.mark.parametrize("change", ["add", "remove", "modify"])
+def test_source_change_triggers_reexport(class_folders, change):
+    first = DatumDataset(class_folders, validation_split=None, verbose=False)
+    first.export()
+    created = first.info["created"]
+    cat = os.path.join(class_folders, "cat")
+    rng = np.random.default_rng(99)
+    if change == "add":
+        random_image(rng).save(os.path.join(cat, "new.png"))
+    elif change == "remove":
+        os.remove(os.path.join(cat, "000.png"))
+    else:
+        path = os.path.join(cat, "000.png")
+        random_image(rng).save(path)
+        os.utime(path, ns=(1, 1))  # A different mtime, whatever the clock's resolution.
+    second = DatumDataset(class_folders, validation_split=None, verbose=False)
+    expected = {"add": 31, "remove": 29, "modify": 30}[change]
+    assert second.num_examples == {"train": expected}
+    assert second.info["created"] != created
+
+
+def test_export_option_change_triggers_reexport(class_folders):
+    a = DatumDataset(class_folders, validation_split=0.2, verbose=False)
+    assert a.num_examples["val"] == 6
+    b = DatumDataset(class_folders, validation_split=0.5, verbose=False)
+    assert b.num_examples == {"train": 15, "val": 15}
+    assert b.cache_dir == a.cache_dir
+
+
+def test_reexport_never_and_always(class_folders):
+    DatumDataset(class_folders, verbose=False).export()
+    random_image(np.random.default_rng(1)).save(os.path.join(class_folders, "cat", "x.png"))
+    stale = DatumDataset(class_folders, reexport="never", verbose=False)
+    assert sum(stale.num_examples.values()) == 30
+    always = DatumDataset(class_folders, reexport="always", verbose=False)
+    assert sum(always.num_examples.values()) == 31
+
+
+def test_default_cache_location(class_folders, keras_home):
+    ds = DatumDataset(class_folders, verbose=False)
+    parent, name = os.path.split(ds.cache_dir)
+    assert parent == os.path.join(str(keras_home), "datum")
+    assert name.startswith("src-") and len(name) == len("src-") + 10
+    ds.export()
+    assert os.path.isfile(os.path.join(ds.cache_dir, "metadata.json"))
+
+
+def test_metadata_records_what_the_issue_asks(class_folders):
+    ds = DatumDataset(class_folders, verbose=False)
+    ds.export()
+    with open(os.path.join(ds.cache_dir, "metadata.json")) as f:
+        meta = json.load(f)
+    assert meta == ds.info
+    assert meta["schema_version"] == 1
+    assert meta["keras_datum_version"]
+    assert meta["problem"] == "classification"
+    assert meta["layout"] == "class_folders"
+    assert meta["class_names"] == ["bird", "cat", "dog"]
+    assert meta["splits"]["train"]["num_examples"] == 24
+    assert [s["num_examples"] for s in meta["splits"]["val"]["shards"]] == [6]
+    assert meta["features"]["label"] == {"dtype": "int64", "shape": []}
+    assert meta["export_options"]["validation_split"] == 0.2
+    assert meta["source_fingerprint"]["num_files"] == 30
+    assert len(meta["source_fingerprint"]["digest"]) == 64
+
+
+def test_shards_mix_all_classes(tmp_path, monkeypatch):
+    from keras_datum import export
+
+    monkeypatch.setattr(export, "MIN_EXAMPLES_PER_SHARD", 8)
+    root = make_class_folders(tmp_path / "src", {"a": 20, "b": 20, "c": 20})
+    ds = DatumDataset(root, validation_split=None, verbose=False)
+    shards = ds.info["splits"]["train"]["shards"]
+    assert len(shards) == 7
+    assert sum(s["num_examples"] for s in shards) == 60
+    for shard in shards:
+        path = os.path.join(ds.cache_dir, shard["file"])
+        labels = {
+            tf.train.Example.FromString(r.numpy()).features.feature["label"].int64_list.value[0]
+            for r in tf.data.TFRecordDataset(path)
+        }
+        assert labels == {0, 1, 2}, shard["file"]
+
+
+def test_seeded_read_order_is_golden(class_folders):
+    def order(seed):
+        ds = DatumDataset(class_folders, seed=seed, batch_size=None, verbose=False)
+        return [x.numpy().tobytes() for x, _ in ds.train().take(12)]
+
+    assert order(3) == order(3)
+    assert order(3) != order(4)
+
+
+def test_test_split_and_split_folders(tmp_path):
+    root = tmp_path / "src"
+    make_class_folders(root / "train", {"a": 6, "b": 6}, seed=1)
+    make_class_folders(root / "validation", {"a": 2, "b": 2}, seed=2)
+    make_class_folders(root / "test", {"a": 3, "b": 1}, seed=3)
+    ds = DatumDataset(str(root), batch_size=2, verbose=False)
+    assert ds.info["layout"] == "split_folders"
+    assert ds.class_names == ["a", "b"]
+    assert ds.num_examples == {"train": 12, "val": 4, "test": 4}
+    labels = sorted(int(y) for _, y in unbatched(ds.test()))
+    assert labels == [0, 0, 0, 1]
+
+
+def test_hidden_folders_and_files_are_not_classes(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 3, "b": 3})
+    make_class_folders(tmp_path / "src", {".ipynb_checkpoints": 2})
+    make_class_folders(tmp_path / "src" / "a", {".hidden": 2})
+    ds = DatumDataset(root, validation_split=None, verbose=False)
+    assert ds.class_names == ["a", "b"]
+    assert ds.num_examples == {"train": 6}
+
+
+def test_single_class_works(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"only": 5})
+    ds = DatumDataset(root, validation_split=None, verbose=False)
+    assert ds.class_names == ["only"]
+    assert [int(y) for _, y in unbatched(ds.train())] == [0] * 5
+
+
+def test_model_fit_runs(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=8, verbose=False)
+    model = keras.Sequential(
+        [
+            keras.Input((16, 16, 3)),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(len(ds.class_names), activation="softmax"),
+        ]
+    )
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(ds.train(), validation_data=ds.val(), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert "val_accuracy" in history.history
+
+
+def test_train_overrides(class_folders):
+    ds = DatumDataset(class_folders, batch_size=4, verbose=False)
+    assert next(iter(ds.train(batch_size=5)))[0].shape[0] == 5
+    assert len(list(ds.train(batch_size=None))) == 24
+    assert len(list(ds.train().take(100))) == 6
+    assert len(list(ds.train(repeat=True).take(100))) == 100
+    first = [x.numpy().tobytes() for x, _ in ds.val(batch_size=None)]
+    assert first == [x.numpy().tobytes() for x, _ in ds.val(batch_size=None)]
+
+
+def test_read_shards_directly_match_labels_of_folders(class_folders):
+    ds = DatumDataset(class_folders, verbose=False)
+    for name, label, pixels in read_split(ds, "train") + read_split(ds, "val"):
+        assert label == [ds.class_names.index(name.split("/")[0])]
+        assert pixels.shape == (16, 16, 3)
