@@ -108,10 +108,12 @@ def build(
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
+    # The metadata knows the exact count: Keras then shows epoch progress,
+    # and a shard that lost records fails loudly instead of shrinking an epoch.
+    num_examples = meta["splits"][split]["num_examples"]
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
     if shuffle:
-        buffer = shuffle_buffer_size or min(
-            DEFAULT_SHUFFLE_BUFFER, max(1, meta["splits"][split]["num_examples"])
-        )
+        buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()

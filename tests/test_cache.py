@@ -1,0 +1,112 @@
+"""The cache's metadata schema, atomic commit, leftovers and lock."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from keras_datum import CacheError
+from keras_datum import DatumDataset
+from keras_datum import cache
+
+
+def _exported(class_folders):
+    ds = DatumDataset(class_folders, verbose=False)
+    ds.export()
+    return ds
+
+
+def test_truncated_metadata_gets_a_clear_error(class_folders):
+    ds = _exported(class_folders)
+    path = os.path.join(ds.cache_dir, "metadata.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text[: len(text) // 2])
+    with pytest.raises(CacheError, match=r"metadata .*metadata.json' is not valid JSON"):
+        DatumDataset(class_folders, verbose=False).export()
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda m: m.update(schema_version=99), "schema_version 99 is not 1"),
+        (lambda m: m.pop("class_names"), "'class_names' must be a list"),
+        (lambda m: m["splits"]["train"].update(num_examples=5), "shard lengths do not add up to 5"),
+        (lambda m: m["splits"]["train"]["shards"][0].update(file="../../x"), "malformed shard entry"),
+        (lambda m: m["splits"].pop("train"), "there is no 'train' split"),
+    ],
+)
+def test_hand_edited_metadata_is_validated(class_folders, edit, match):
+    ds = _exported(class_folders)
+    path = os.path.join(ds.cache_dir, "metadata.json")
+    with open(path) as f:
+        meta = json.load(f)
+    edit(meta)
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(CacheError, match=match):
+        cache.read_metadata(ds.cache_dir)
+
+
+def test_reexport_always_rebuilds_a_broken_cache(class_folders):
+    ds = _exported(class_folders)
+    with open(os.path.join(ds.cache_dir, "metadata.json"), "w") as f:
+        f.write("{")
+    rebuilt = DatumDataset(class_folders, reexport="always", verbose=False)
+    assert sum(rebuilt.num_examples.values()) == 30
+
+
+def test_leftover_temporary_folders_are_removed(class_folders, tmp_path):
+    cache_dir = tmp_path / "cache"
+    stale = tmp_path / "cache.tmp-12345-deadbeef"
+    stale.mkdir()
+    (stale / "train-00000-of-00001.tfrecord").write_bytes(b"partial")
+    ds = DatumDataset(class_folders, cache_dir=cache_dir, verbose=False)
+    ds.export()
+    assert sorted(os.listdir(tmp_path)) == ["cache", "cache.lock", "src"]
+
+
+def test_a_folder_without_metadata_is_not_trusted(class_folders, tmp_path):
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(class_folders, cache_dir=cache_dir, verbose=False)
+    ds.export()
+    os.remove(cache_dir / "metadata.json")
+    # Shards without metadata are a foreign folder now: it is not read, and
+    # not deleted either.
+    with pytest.raises(ValueError, match="is not a keras_datum cache"):
+        DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).export()
+
+
+def test_lock_timeout_names_the_holder(tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from keras_datum.cache import export_lock
+                with export_lock({cache_dir!r}, 5):
+                    print("locked", flush=True)
+                    time.sleep(30)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(TimeoutError, match=rf"held by pid {holder.pid} on "):
+            with cache.export_lock(cache_dir, 0.5):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with cache.export_lock(cache_dir, 5):  # Released when its holder died.
+        pass

@@ -1,0 +1,137 @@
+"""Datum's CSV layout and label parsing (the classification problem module)."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import random_image
+from helpers import unbatched
+
+from keras_datum import DatumDataset
+from keras_datum.problems.classification import parse_label_cell
+
+
+def make_csv_layout(root, rows_by_split, header=("filename", "label"), ext="png"):
+    """`rows_by_split`: split folder -> [(stem, *label cells)]; images are drawn."""
+    rng = np.random.default_rng(0)
+    for split, rows in rows_by_split.items():
+        os.makedirs(os.path.join(root, split), exist_ok=True)
+        with open(os.path.join(root, f"{split}.csv"), "w") as f:
+            f.write(",".join(header) + "\n")
+            for stem, *cells in rows:
+                random_image(rng).save(os.path.join(root, split, f"{stem}.{ext}"))
+                quoted = [f'"{c}"' if "," in str(c) else str(c) for c in cells]
+                f.write(",".join([stem, *quoted]) + "\n")
+    return str(root)
+
+
+def test_csv_integer_labels(tmp_path):
+    rows = [(f"img{i}", i % 3) for i in range(12)]
+    root = make_csv_layout(tmp_path / "src", {"train": rows, "val": rows[:3]})
+    ds = DatumDataset(root, image_size=(16, 16), verbose=False)
+    assert ds.info["layout"] == "csv"
+    assert ds.class_names == ["0", "1", "2"]
+    assert ds.num_examples == {"train": 12, "val": 3}
+    labels = sorted(int(y) for _, y in unbatched(ds.train()))
+    assert labels == sorted(i % 3 for i in range(12))
+
+
+def test_csv_multi_label(tmp_path):
+    rows = [("a", "[0, 2]"), ("b", "[1]"), ("c", "[]"), ("d", "[2,1,0]")]
+    root = make_csv_layout(tmp_path / "src", {"train": rows})
+    ds = DatumDataset(root, image_size=(16, 16), validation_split=None, verbose=False)
+    assert ds.info["label_spec"]["type"] == "multi_label"
+    assert ds.train().element_spec[1] == tf.TensorSpec((None, 3), tf.float32)
+    got = sorted(tuple(y.tolist()) for _, y in unbatched(ds.train()))
+    assert got == sorted([(1, 0, 1), (0, 1, 0), (0, 0, 0), (1, 1, 1)])
+
+
+def test_csv_regression_and_several_columns(tmp_path):
+    rows = [("a", 0.5, 1), ("b", -1.25, 2), ("c", 3, 0.0)]
+    root = make_csv_layout(
+        tmp_path / "src", {"train": rows}, header=("filename", "x", "y")
+    )
+    ds = DatumDataset(root, image_size=(16, 16), validation_split=None, verbose=False)
+    assert ds.info["label_spec"] == {"type": "regression", "size": 2, "columns": ["x", "y"]}
+    got = sorted(tuple(y.tolist()) for _, y in unbatched(ds.train()))
+    assert got == sorted([(0.5, 1.0), (-1.25, 2.0), (3.0, 0.0)])
+
+
+def test_csv_float_list_regression(tmp_path):
+    rows = [("a", "[0.5, 1.5]"), ("b", "[2, 3.5]")]
+    root = make_csv_layout(tmp_path / "src", {"train": rows})
+    ds = DatumDataset(root, image_size=(16, 16), validation_split=None, verbose=False)
+    assert ds.train().element_spec[1] == tf.TensorSpec((None, 2), tf.float32)
+
+
+def test_csv_class_names_and_carve_is_stratified(tmp_path):
+    rows = [(f"c{i}", "cat") for i in range(10)] + [(f"d{i}", "dog") for i in range(5)]
+    root = make_csv_layout(tmp_path / "src", {"train": rows})
+    ds = DatumDataset(root, image_size=(16, 16), label_mode="categorical", verbose=False)
+    assert ds.class_names == ["cat", "dog"]
+    assert ds.num_examples == {"train": 12, "val": 3}
+    val_labels = [tuple(y.tolist()) for _, y in unbatched(ds.val())]
+    assert sorted(val_labels) == [(0.0, 1.0), (1.0, 0.0), (1.0, 0.0)]
+
+
+def test_csv_without_label_columns_gives_images_only(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a",), ("b",)]}, header=("filename",))
+    ds = DatumDataset(root, image_size=(16, 16), label_mode=None, validation_split=None, verbose=False)
+    assert ds.train().element_spec == tf.TensorSpec((None, 16, 16, 3), tf.float32)
+
+
+def test_csv_missing_files_are_named(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", 1)]})
+    with open(os.path.join(root, "train.csv"), "a") as f:
+        f.write("ghost,1\n")
+    ds = DatumDataset(root, verbose=False)
+    with pytest.raises(ValueError, match="names 1 files missing from .*'ghost'"):
+        ds.export()
+
+
+def test_csv_name_escaping_the_root_is_rejected(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0)]})
+    with open(os.path.join(root, "train.csv"), "a") as f:
+        f.write("../../etc/passwd,1\n")
+    with pytest.raises(ValueError, match="outside the dataset root"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_csv_without_filename_column(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0)]}, header=("name", "label"))
+    with pytest.raises(ValueError, match="needs a header row with a 'filename' column"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_csv_mixed_label_kinds(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", "[1]")]})
+    with pytest.raises(ValueError, match="mixes label kinds"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_categorical_needs_class_labels(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0.5), ("b", 1.5)]})
+    with pytest.raises(ValueError, match="needs class labels, but this dataset's labels are regression"):
+        DatumDataset(root, label_mode="categorical", verbose=False).export()
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("3", 3),
+        ("-2.5", -2.5),
+        ("1e3", 1000.0),
+        ("[1, 2]", [1, 2]),
+        ("[ 0.5 ;1 ]", [0.5, 1]),
+        ("[]", []),
+        ("dog", "dog"),
+    ],
+)
+def test_parse_label_cell(text, expected):
+    assert parse_label_cell(text, "f.csv:2") == expected
+
+
+def test_parse_label_cell_never_evaluates():
+    with pytest.raises(ValueError, match=r"f.csv:2: .__import__\(.os.\). in .* is not a number"):
+        parse_label_cell("[__import__('os')]", "f.csv:2")

@@ -1,0 +1,56 @@
+import os
+
+from conftest import make_class_folders
+
+from keras_datum import cli
+
+
+def test_export_then_info(tmp_path, capsys):
+    root = make_class_folders(tmp_path / "src", {"a": 5, "b": 5})
+    (tmp_path / "src" / "a" / "broken.png").write_bytes(b"nope")
+    cache_dir = str(tmp_path / "cache")
+    assert cli.main(["export", root, "--cache-dir", cache_dir, "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Classes (2): a, b" in out
+    assert "train: 8 examples in 1 shards" in out
+    assert "val: 2 examples" in out
+    assert "Invalid files left out: 1" in out
+    assert os.path.isfile(os.path.join(cache_dir, "metadata.json"))
+
+    assert cli.main(["info", cache_dir]) == 0
+    out = capsys.readouterr().out
+    assert f"Cache: {cache_dir}" in out
+    assert "a/broken.png: not an image file" in out
+
+
+def test_info_on_a_source_folder_finds_the_default_cache(tmp_path, capsys):
+    root = make_class_folders(tmp_path / "src", {"a": 3})
+    assert cli.main(["export", root]) == 0
+    capsys.readouterr()
+    assert cli.main(["info", root]) == 0
+    assert "train: 2 examples" in capsys.readouterr().out
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path / "missing")]) == 2
+    assert "Source folder not found" in capsys.readouterr().err
+    os.makedirs(tmp_path / "empty")
+    assert cli.main(["info", str(tmp_path / "empty")]) == 2
+    assert "No keras_datum cache found" in capsys.readouterr().err
+
+
+def test_demo_shrunk(tmp_path, capsys):
+    code = cli.main(
+        [
+            "demo",
+            "--data-dir", str(tmp_path / "shapes"),
+            "--images-per-class", "12",
+            "--image-size", "32",
+            "--epochs", "1",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Classes: ['circle', 'square', 'triangle']" in out
+    assert "Validation accuracy:" in out
+    assert len(os.listdir(tmp_path / "shapes" / "circle")) == 12

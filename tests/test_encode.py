@@ -1,0 +1,173 @@
+"""Validation and conversion of source images, and how bad files are handled."""
+
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import make_class_folders
+from PIL import Image
+from helpers import read_split
+
+from keras_datum import DatumDataset
+from keras_datum import InvalidImageError
+from keras_datum.encode import encode_image
+
+
+def _decode(encoded, channels=0):
+    return tf.io.decode_image(encoded.data, channels=channels, expand_animations=False).numpy()
+
+
+def _gradient(size=(12, 20)):
+    y, x = np.mgrid[0 : size[0], 0 : size[1]]
+    return np.stack([x * 10, y * 20, (x + y) * 5], axis=-1).astype(np.uint8)
+
+
+def test_png_and_jpeg_keep_their_original_bytes(tmp_path):
+    for fmt in ("PNG", "JPEG"):
+        path = tmp_path / f"x.{fmt.lower()}"
+        Image.fromarray(_gradient()).save(path, format=fmt)
+        encoded = encode_image(str(path))
+        assert encoded.data == path.read_bytes()
+        assert not encoded.converted
+        assert (encoded.height, encoded.width) == (12, 20)
+
+
+@pytest.mark.parametrize("fmt, ext", [("WEBP", "webp"), ("TIFF", "tiff"), ("BMP", "bmp")])
+def test_formats_tensorflow_cannot_read_become_lossless_png(tmp_path, fmt, ext):
+    path = tmp_path / f"x.{ext}"
+    pixels = _gradient()
+    Image.fromarray(pixels).save(path, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    encoded = encode_image(str(path))
+    assert encoded.format == "png" and encoded.converted
+    np.testing.assert_array_equal(_decode(encoded), pixels)
+
+
+def test_cmyk_jpeg_becomes_rgb(tmp_path):
+    path = tmp_path / "cmyk.jpg"
+    Image.new("CMYK", (8, 6), (0, 255, 255, 0)).save(path)  # Pure red in CMYK.
+    encoded = encode_image(str(path))
+    assert encoded.format == "jpeg" and encoded.converted
+    pixels = _decode(encoded)
+    assert pixels.shape == (6, 8, 3)
+    assert pixels[..., 0].mean() > 200 and pixels[..., 1].mean() < 60
+
+
+def test_exif_rotated_jpeg_comes_out_upright(tmp_path):
+    # Stored 20 wide x 10 high with orientation 6 (rotate 90° clockwise to
+    # view): upright it is 10 wide x 20 high. The stored left half is white,
+    # so upright the top half is white.
+    stored = np.zeros((10, 20, 3), np.uint8)
+    stored[:, :10] = 255
+    image = Image.fromarray(stored)
+    exif = image.getexif()
+    exif[0x0112] = 6
+    path = tmp_path / "rotated.jpg"
+    image.save(path, exif=exif.tobytes(), quality=100)
+    encoded = encode_image(str(path))
+    assert (encoded.height, encoded.width) == (20, 10)
+    pixels = _decode(encoded)
+    assert pixels.shape == (20, 10, 3)
+    assert pixels[:8].mean() > 240 and pixels[12:].mean() < 15
+
+
+def test_animated_gif_keeps_the_first_frame(tmp_path):
+    frames = [Image.new("RGB", (8, 8), colour) for colour in ((255, 0, 0), (0, 0, 255))]
+    path = tmp_path / "anim.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+    pixels = _decode(encode_image(str(path)), channels=3)
+    assert pixels.shape == (8, 8, 3)
+    assert pixels[..., 0].min() > 200 and pixels[..., 2].max() < 50
+
+
+@pytest.mark.parametrize("mode", ["L", "RGBA", "P", "I;16"])
+def test_png_modes_decode_in_tensorflow(tmp_path, mode):
+    path = tmp_path / "x.png"
+    if mode == "I;16":
+        array = (np.arange(48, dtype=np.uint16).reshape(6, 8) * 1000)
+        Image.fromarray(array).save(path)
+        expected = (array >> 8).astype(np.uint8)
+    else:
+        Image.fromarray(_gradient((6, 8))).convert(mode).save(path)
+        expected = None
+    pixels = _decode(encode_image(str(path)), channels=3)
+    assert pixels.shape == (6, 8, 3)
+    if expected is not None:
+        np.testing.assert_allclose(pixels[..., 0], expected, atol=1)
+
+
+@pytest.mark.parametrize(
+    "name, content, reason",
+    [
+        ("empty.jpg", b"", "empty file"),
+        ("text.jpg", b"this is not a jpeg", "not an image file"),
+        ("truncated.jpg", "truncated", "not a decodable image"),
+    ],
+)
+def test_bad_files_are_invalid_with_a_reason(tmp_path, name, content, reason):
+    if content == "truncated":
+        buffer = io.BytesIO()
+        Image.fromarray(_gradient((64, 64))).save(buffer, format="JPEG")
+        content = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InvalidImageError, match=reason):
+        encode_image(str(path))
+
+
+def test_decompression_bomb_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    path = tmp_path / "bomb.png"
+    Image.new("L", (100, 100)).save(path)  # 10,000 pixels: over twice the limit.
+    with pytest.raises(InvalidImageError, match="decompression bomb refused"):
+        encode_image(str(path))
+
+
+def _zoo(root):
+    """A class folder dataset with good images and one of each bad kind."""
+    make_class_folders(root, {"a": 6, "b": 6})
+    (root / "a" / "empty.jpg").write_bytes(b"")
+    (root / "a" / "text.jpg").write_text("hello")
+    (root / "b" / "spaces and ünïcødé.png").write_bytes((root / "b" / "000.png").read_bytes())
+    Image.new("RGB", (9, 9), (0, 255, 0)).save(root / "b" / "extra.webp")
+    return str(root)
+
+
+def test_dataset_skips_and_reports_invalid_files(tmp_path):
+    root = _zoo(tmp_path / "src")
+    ds = DatumDataset(root, validation_split=None, verbose=False)
+    with pytest.warns(UserWarning, match=r"2 invalid files were left out .*invalid_files.json"):
+        meta = ds.export()
+    assert meta["invalid_files"]["count"] == 2
+    with open(os.path.join(ds.cache_dir, "invalid_files.json")) as f:
+        report = json.load(f)
+    assert sorted((r["file"], r["reason"][:5]) for r in report) == [
+        ("a/empty.jpg", "empty"),
+        ("a/text.jpg", "not a"),
+    ]
+    names = {name for name, _, _ in read_split(ds, "train")}
+    assert "b/spaces and ünïcødé.png" in names and "b/extra.webp" in names
+    assert len(names) == 14
+    # Every remaining example trains: decoding the whole split cannot fail.
+    assert sum(1 for _ in ds.train().unbatch()) == 14
+
+
+def test_on_invalid_raise_names_the_file_and_leaves_no_cache(tmp_path):
+    root = _zoo(tmp_path / "src")
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(root, cache_dir=cache_dir, on_invalid="raise", verbose=False)
+    with pytest.raises(InvalidImageError, match=r"Invalid image .*a/(empty|text).jpg"):
+        ds.export()
+    assert not cache_dir.exists()
+    leftovers = [n for n in os.listdir(tmp_path) if n.startswith("cache")]
+    assert leftovers == ["cache.lock"]
+
+
+def test_reusing_a_cache_with_invalid_files_under_raise(tmp_path):
+    root = _zoo(tmp_path / "src")
+    with pytest.warns(UserWarning):
+        DatumDataset(root, verbose=False).export()
+    with pytest.raises(ValueError, match="left out 2 invalid files .* on_invalid='raise'"):
+        DatumDataset(root, on_invalid="raise", verbose=False).export()

@@ -1,0 +1,116 @@
+"""Every bad input gets its own clear error, raised before any work."""
+
+import os
+
+import pytest
+from conftest import make_class_folders
+
+from keras_datum import DatumDataset
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"image_size": 224}, r"`image_size` must be a tuple of 2 positive integers.*Received: image_size=224"),
+        ({"image_size": (0, 10)}, r"Received: image_size=\(0, 10\)"),
+        ({"image_size": (10.5, 10)}, r"Received: image_size=\(10.5, 10\)"),
+        ({"batch_size": 0}, r"`batch_size` must be a positive integer or None. Received: batch_size=0"),
+        ({"batch_size": True}, r"Received: batch_size=True"),
+        ({"validation_split": 1.0}, r"`validation_split` must be a float in \[0, 1\) or None. Received: validation_split=1.0"),
+        ({"validation_split": -0.1}, r"Received: validation_split=-0.1"),
+        ({"validation_split": "0.2"}, r"Received: validation_split='0.2'"),
+        ({"label_mode": "onehot"}, r"`label_mode` must be one of 'int', 'categorical', 'binary', None. Received: label_mode='onehot'"),
+        ({"color_mode": "cmyk"}, r"`color_mode` must be one of .* Received: color_mode='cmyk'"),
+        ({"interpolation": "cubic"}, r"Received: interpolation='cubic'"),
+        ({"crop_to_aspect_ratio": True, "pad_to_aspect_ratio": True}, r"Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio`"),
+        ({"seed": 1.5}, r"`seed` must be an integer or None. Received: seed=1.5"),
+        ({"shuffle_buffer_size": 0}, r"Received: shuffle_buffer_size=0"),
+        ({"on_invalid": "ignore"}, r"Received: on_invalid='ignore'"),
+        ({"reexport": "sometimes"}, r"Received: reexport='sometimes'"),
+        ({"problem": "ranking"}, r"Received: problem='ranking'"),
+    ],
+)
+def test_bad_arguments_raise_in_the_constructor(tmp_path, kwargs, match):
+    # A missing source would also fail: the argument check must come first,
+    # before any disk access.
+    with pytest.raises(ValueError, match=match):
+        DatumDataset(str(tmp_path / "does-not-exist"), **kwargs)
+
+
+def test_missing_path(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="Source folder not found: .*nope"):
+        DatumDataset(missing)
+
+
+def test_source_that_is_a_file(tmp_path):
+    path = tmp_path / "file.txt"
+    path.write_text("x")
+    with pytest.raises(ValueError, match="`source` must be a folder. Received a file"):
+        DatumDataset(str(path))
+
+
+def test_source_of_wrong_type():
+    with pytest.raises(TypeError, match="`source` must be a path to a folder. Received: source=3"):
+        DatumDataset(3)
+
+
+def test_empty_folder(tmp_path):
+    os.makedirs(tmp_path / "empty")
+    ds = DatumDataset(str(tmp_path / "empty"), verbose=False)
+    with pytest.raises(ValueError, match="The source folder .*empty' is empty"):
+        ds.export()
+
+
+def test_folder_without_class_folders(tmp_path):
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="No class folders found in .*flat"):
+        DatumDataset(str(tmp_path / "flat"), verbose=False).export()
+
+
+def test_class_folders_without_images(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "readme.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"No images found in .*src'. Expected files ending in one of .bmp"):
+        DatumDataset(str(tmp_path / "src"), verbose=False).export()
+
+
+def test_binary_with_three_classes(class_folders):
+    ds = DatumDataset(class_folders, label_mode="binary", verbose=False)
+    with pytest.raises(ValueError, match=r'label_mode="binary"`, there must be exactly 2 classes. Received: class_names=\[.bird., .cat., .dog.\]'):
+        ds.train()
+    # Nothing was written: the check comes before the export.
+    assert not os.path.exists(ds.cache_dir)
+
+
+def test_missing_test_split(class_folders):
+    ds = DatumDataset(class_folders, verbose=False)
+    with pytest.raises(ValueError, match=r"no 'test' split. Its splits are \['train', 'val'\]"):
+        ds.test()
+
+
+def test_split_folder_with_unknown_class(tmp_path):
+    make_class_folders(tmp_path / "src" / "train", {"a": 2})
+    make_class_folders(tmp_path / "src" / "val", {"a": 1, "zebra": 1})
+    with pytest.raises(ValueError, match=r"val' has class folders that 'train/' lacks: \['zebra'\]"):
+        DatumDataset(str(tmp_path / "src"), verbose=False).export()
+
+
+def test_both_val_and_validation_folders(tmp_path):
+    for split in ("train", "val", "validation"):
+        make_class_folders(tmp_path / "src" / split, {"a": 1})
+    with pytest.raises(ValueError, match="has both 'val/' and 'validation/' folders"):
+        DatumDataset(str(tmp_path / "src"), verbose=False).export()
+
+
+def test_cache_dir_holding_user_files_is_never_overwritten(class_folders, tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    ds = DatumDataset(class_folders, cache_dir=precious, verbose=False)
+    with pytest.raises(ValueError, match="exists and is not a keras_datum cache"):
+        ds.export()
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    assert os.listdir(precious) == ["thesis.tex"]
