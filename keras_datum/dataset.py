@@ -2,7 +2,9 @@
 
 import os
 
+from keras_datum import augment as augment_lib
 from keras_datum import cache
+from keras_datum import distribute
 from keras_datum import export as export_lib
 from keras_datum import pipeline
 from keras_datum import problems
@@ -123,6 +125,14 @@ class DatumDataset:
             options changed, `"never"` uses an existing cache as it is,
             `"always"` exports on every first use. Defaults to `"auto"`.
         follow_links: follow symlinked folders, as in Keras. Defaults to `False`.
+        strategy: `"auto"` (MirroredStrategy over all GPUs when there are
+            several, else the default strategy) or a `tf.distribute.Strategy`.
+            `batch_size` is per replica. Defaults to `"auto"`.
+        mixed_precision: `"auto"` (`mixed_float16` on a GPU of compute
+            capability >= 7.0, `mixed_bfloat16` on TPU, unchanged on CPU),
+            `"float32"` (leave the global policy alone), `"mixed_float16"` or
+            `"mixed_bfloat16"`. Set when the dataset is created. Defaults to
+            `"auto"`. See `docs/distribution.md`.
         verbose: print the layout found and show a progress bar. Defaults to
             `True`.
 
@@ -159,6 +169,8 @@ class DatumDataset:
         on_invalid="skip",
         reexport="auto",
         follow_links=False,
+        strategy="auto",
+        mixed_precision="auto",
         verbose=True,
     ):
         if not isinstance(source, (str, os.PathLike)):
@@ -191,6 +203,8 @@ class DatumDataset:
         _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
         _choice("on_invalid", on_invalid, ON_INVALID)
         _choice("reexport", reexport, REEXPORT_MODES)
+        distribute.check_strategy(strategy)
+        _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
         if not os.path.exists(source):
             raise FileNotFoundError(f"Source folder not found: {source!r}")
         if not os.path.isdir(source):
@@ -221,6 +235,11 @@ class DatumDataset:
         self._reexport = reexport
         self._verbose = verbose
         self._meta = None
+        self._strategy_arg = strategy
+        self._strategy = None
+        # Applied now, not at import or first read, so that a model built
+        # after the dataset (inside `ds.strategy.scope()`) uses the policy.
+        self.mixed_precision = distribute.apply_mixed_precision(mixed_precision)
 
     # --- Export and cache ---------------------------------------------------
 
@@ -324,7 +343,32 @@ class DatumDataset:
 
     # --- Reading ----------------------------------------------------------
 
-    def _split(self, split, batch_size, shuffle, repeat, seed):
+    @property
+    def strategy(self):
+        """The `tf.distribute.Strategy` to build the model under."""
+        if self._strategy is None:
+            self._strategy = distribute.resolve_strategy(self._strategy_arg)
+        return self._strategy
+
+    @property
+    def global_batch_size(self):
+        """`batch_size` times the strategy's replicas in sync."""
+        if self._batch_size is None:
+            return None
+        return self._batch_size * self.strategy.num_replicas_in_sync
+
+    def _split(
+        self,
+        split,
+        batch_size,
+        shuffle,
+        repeat,
+        seed,
+        augment=None,
+        batch_augment=None,
+        pre_batching_callback=None,
+        post_batching_callback=None,
+    ):
         meta = self._ensure_exported()
         if split not in meta["splits"]:
             raise ValueError(
@@ -333,6 +377,17 @@ class DatumDataset:
             )
         batch_size = self._batch_size if batch_size == "default" else batch_size
         _check_batch_size(batch_size)
+        augmentations = augment_lib.resolve(
+            augment, batch_augment, pre_batching_callback, post_batching_callback
+        )
+        # A label-mixing layer switches the whole dataset (val too) to one-hot.
+        self._read_options["label_mode"] = augment_lib.label_mode_for(
+            augmentations, self._read_options["label_mode"], meta["label_spec"]
+        )
+        strategy = self.strategy
+        if batch_size is not None:
+            batch_size *= strategy.num_replicas_in_sync
+        paths = pipeline.shard_paths(meta, self.cache_dir, split)
         return pipeline.build(
             meta,
             self.cache_dir,
@@ -343,32 +398,68 @@ class DatumDataset:
             repeat=repeat,
             seed=self._seed if seed is None else seed,
             shuffle_buffer_size=self._shuffle_buffer_size,
+            augment=augmentations[0],
+            batch_augment=augmentations[1],
+            image_dtype=distribute.input_dtype(),
+            shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
         )
 
-    def train(self, *, batch_size="default", shuffle=None, repeat=False, seed=None):
+    def train(
+        self,
+        *,
+        batch_size="default",
+        shuffle=None,
+        repeat=False,
+        seed=None,
+        augment=None,
+        batch_augment=None,
+        pre_batching_callback=None,
+        post_batching_callback=None,
+    ):
         """The training split as a `tf.data.Dataset` of `(x, y)` batches.
 
         `x` is float32 in [0, 255] of shape `(batch, height, width, channels)`,
-        as from `keras.utils.image_dataset_from_directory`; `y` follows
-        `label_mode`.
+        as from `keras.utils.image_dataset_from_directory` (the compute dtype
+        under a mixed-precision policy); `y` follows `label_mode`. The batch
+        is the global batch: `batch_size` times the strategy's replicas.
 
         Args:
-            batch_size: overrides the dataset's `batch_size` (`None` unbatches).
+            batch_size: overrides the dataset's per-replica `batch_size`
+                (`None` unbatches).
             shuffle: overrides the dataset's `shuffle`.
             repeat: repeat forever (pair with `steps_per_epoch`). Defaults to
                 `False`: one pass per epoch.
-            seed: overrides the read shuffle's seed.
+            seed: overrides the dataset's `seed` for the read shuffle and the
+                augmentation. With a seed the augmented stream repeats exactly.
+            augment: a Keras/KerasCV layer, a callable, or a list of them,
+                applied in order to each example before batching. Each gets
+                and returns the dict `{"images": ..., "labels": ...}`.
+            batch_augment: the same, applied to whole batches (MixUp, CutMix).
+                Layers that mix labels switch `label_mode="int"` to
+                `"categorical"` for the whole dataset, with a warning.
+            pre_batching_callback: datum's name for `augment`.
+            post_batching_callback: datum's name for `batch_augment`.
+
+        Raises:
+            TypeError: an augmentation is not a layer or callable.
+            ValueError: an augmentation fails on the element, or returns
+                something else than the element dict; the message names it.
         """
         shuffle = self._shuffle if shuffle is None else shuffle
-        return self._split("train", batch_size, shuffle, repeat, seed)
+        return self._split(
+            "train", batch_size, shuffle, repeat, seed,
+            augment, batch_augment, pre_batching_callback, post_batching_callback,
+        )
 
-    def val(self, *, batch_size="default", shuffle=False, repeat=False, seed=None):
-        """The validation split (not shuffled by default); see `train()`."""
-        return self._split("val", batch_size, shuffle, repeat, seed)
+    def val(self, *, batch_size="default", shuffle=False, repeat=False, seed=None,
+            augment=None, batch_augment=None):
+        """The validation split (not shuffled or augmented by default); see `train()`."""
+        return self._split("val", batch_size, shuffle, repeat, seed, augment, batch_augment)
 
-    def test(self, *, batch_size="default", shuffle=False, repeat=False, seed=None):
+    def test(self, *, batch_size="default", shuffle=False, repeat=False, seed=None,
+             augment=None, batch_augment=None):
         """The test split, when the source has one; see `train()`."""
-        return self._split("test", batch_size, shuffle, repeat, seed)
+        return self._split("test", batch_size, shuffle, repeat, seed, augment, batch_augment)
 
     def __repr__(self):
         return f"DatumDataset({self.source!r}, cache_dir={self.cache_dir!r})"

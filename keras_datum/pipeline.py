@@ -95,8 +95,18 @@ def build(
     repeat,
     seed,
     shuffle_buffer_size,
+    augment=None,
+    batch_augment=None,
+    image_dtype="float32",
+    shard_policy=None,
 ):
-    """The `tf.data.Dataset` of `(x, y)` batches for one split."""
+    """The `tf.data.Dataset` of `(x, y)` batches for one split.
+
+    `augment` runs on each decoded example, `batch_augment` on each batch,
+    both on the KerasCV dict. With a `seed` they run in order on one thread
+    (after restarting their random generators), so the augmented stream
+    repeats exactly; without one they run in parallel.
+    """
     paths = shard_paths(meta, cache_dir, split)
     deterministic = not shuffle or seed is not None
     files = tf.data.Dataset.from_tensor_slices(tf.constant(paths, dtype=tf.string))
@@ -122,10 +132,39 @@ def build(
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
+    augment_calls = AUTOTUNE if seed is None else None
+    for augmentation in (augment, batch_augment):
+        if augmentation is not None and seed is not None:
+            augmentation.reseed(seed)
+    labels_spec = dataset.element_spec.get("labels")
+    int_labels = labels_spec is not None and labels_spec.dtype.is_integer
+    if int_labels and (augment is not None or batch_augment is not None):
+        # KerasCV layers mix float and integer labels across their branches
+        # (RandAugment fails on int32), so labels are float32 while augmented
+        # and cast back at the end; class indices survive exactly.
+        dataset = dataset.map(
+            lambda inputs: dict(inputs, labels=tf.cast(inputs["labels"], tf.float32)),
+            num_parallel_calls=AUTOTUNE,
+        )
+    if augment is not None:
+        dataset = dataset.map(augment, num_parallel_calls=augment_calls)
     if batch_size is not None:
         dataset = dataset.batch(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
         )
+    if batch_augment is not None:
+        dataset = dataset.map(batch_augment, num_parallel_calls=augment_calls)
     to_keras = problems.get(meta["problem"]).to_keras
-    dataset = dataset.map(to_keras, num_parallel_calls=AUTOTUNE)
+
+    def finish(inputs):
+        inputs = dict(inputs, images=tf.cast(inputs["images"], image_dtype))
+        if int_labels:
+            inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
+        return to_keras(inputs)
+
+    dataset = dataset.map(finish, num_parallel_calls=AUTOTUNE)
+    if shard_policy is not None:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = shard_policy
+        dataset = dataset.with_options(options)
     return dataset.prefetch(AUTOTUNE)

@@ -1,0 +1,147 @@
+"""Keras and KerasCV preprocessing layers, before and after batching.
+
+Inside the pipeline an element is the KerasCV dict (`{"images": ...,
+"labels": ...}`); both `keras.layers.*` and `keras_cv.layers.*` preprocessing
+layers take and return that dict. A callable given to `augment=` gets the same
+dict and must return one. The dict becomes `(x, y)` only at the very end.
+"""
+
+import warnings
+
+import keras
+import tensorflow as tf
+
+# Layers that mix the labels of two examples: they need float one-hot labels.
+LABEL_MIXING_LAYERS = ("MixUp", "CutMix", "FourierMix")
+
+
+class Augmentation:
+    """An ordered list of augmentation steps, checked when it is built.
+
+    Args:
+        steps: a layer, a callable, or a list/tuple of them, applied in order.
+        argument: the argument's name, for error messages.
+    """
+
+    def __init__(self, steps, argument):
+        if not isinstance(steps, (list, tuple)):
+            steps = [steps]
+        for step in steps:
+            if not callable(step):
+                raise TypeError(
+                    f"`{argument}` must be a Keras layer, a callable, or a list "
+                    f"of them. Received: {argument}={step!r} "
+                    f"(of type {type(step).__name__})"
+                )
+        self.steps = list(steps)
+        self.argument = argument
+
+    @property
+    def mixes_labels(self):
+        return [_name(s) for s in self.steps if type(s).__name__ in LABEL_MIXING_LAYERS]
+
+    def reseed(self, seed):
+        """Restarts every random generator of the steps from `seed`.
+
+        Keras layers keep `keras.random.SeedGenerator`s, KerasCV layers a
+        `tf.random.Generator`; both advance as they are used. Restarting them
+        makes a seeded stream repeat exactly on every `train()` call.
+        """
+        offset = 0
+        for step in self.steps:
+            if not isinstance(step, keras.layers.Layer):
+                continue
+            for layer in step._flatten_layers(include_self=True):
+                for generator in _generators(layer):
+                    offset += 1
+                    if isinstance(generator, tf.random.Generator):
+                        generator.reset_from_seed(seed + offset)
+                    else:
+                        generator.state.assign(
+                            tf.cast([seed + offset, 0], generator.state.dtype)
+                        )
+
+    def __call__(self, inputs):
+        for step in self.steps:
+            inputs = _apply(step, inputs, self.argument)
+        return inputs
+
+
+def _generators(layer):
+    found = []
+    for value in vars(layer).values():
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, (keras.random.SeedGenerator, tf.random.Generator)):
+                if all(item is not f for f in found):
+                    found.append(item)
+    return found
+
+
+def _name(step):
+    if isinstance(step, keras.layers.Layer):
+        return f"{type(step).__name__} (name={step.name!r})"
+    return getattr(step, "__name__", type(step).__name__)
+
+
+def _structure(inputs):
+    return {k: (v.dtype.name, v.shape.rank) for k, v in inputs.items()}
+
+
+def _apply(step, inputs, argument):
+    try:
+        outputs = step(dict(inputs))
+    except Exception as e:
+        raise ValueError(
+            f"The {argument} step {_name(step)} failed on the element "
+            f"{_structure(inputs)}: {type(e).__name__}: {e}"
+        ) from e
+    if not isinstance(outputs, dict) or "images" not in outputs or (
+        set(outputs) != set(inputs)
+    ):
+        shown = _structure(outputs) if isinstance(outputs, dict) else type(outputs).__name__
+        raise ValueError(
+            f"The {argument} step {_name(step)} must return the element dict "
+            f"with keys {sorted(inputs)}; it returned {shown}."
+        )
+    if outputs["images"].shape.rank != inputs["images"].shape.rank:
+        raise ValueError(
+            f"The {argument} step {_name(step)} changed the rank of 'images' "
+            f"from {inputs['images'].shape.rank} to {outputs['images'].shape.rank}."
+        )
+    return outputs
+
+
+def resolve(augment, batch_augment, pre_batching_callback, post_batching_callback):
+    """Builds the (per-example, per-batch) augmentations from `train()` arguments.
+
+    `pre_batching_callback` / `post_batching_callback` are datum's names for
+    `augment` / `batch_augment`.
+    """
+    pairs = (
+        ("augment", augment, "pre_batching_callback", pre_batching_callback),
+        ("batch_augment", batch_augment, "post_batching_callback", post_batching_callback),
+    )
+    built = []
+    for name, value, alias, alias_value in pairs:
+        if value is not None and alias_value is not None:
+            raise ValueError(f"Pass `{name}` or its alias `{alias}`, not both.")
+        value = value if value is not None else alias_value
+        built.append(None if value is None else Augmentation(value, name))
+    return tuple(built)
+
+
+def label_mode_for(augmentations, label_mode, label_spec):
+    """Switches integer labels to one-hot for layers that mix labels, and says so."""
+    mixing = [n for a in augmentations if a is not None for n in a.mixes_labels]
+    if not mixing or label_spec["type"] != "class" or label_mode != "int":
+        return label_mode
+    warnings.warn(
+        f"{', '.join(mixing)} mixes labels, so it needs one-hot float labels: "
+        "label_mode is switched from 'int' to 'categorical' for this dataset. "
+        "Compile the model with a categorical loss (for example "
+        "'categorical_crossentropy'), or pass label_mode='categorical' to "
+        "silence this warning.",
+        stacklevel=4,
+    )
+    return "categorical"

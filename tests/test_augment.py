@@ -1,0 +1,145 @@
+"""Keras and KerasCV layers before and after batching, with real layers."""
+
+import keras
+import keras_cv
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import make_class_folders
+
+from keras_datum import DatumDataset
+
+
+@pytest.fixture
+def ds(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 8, "b": 8, "c": 8})
+    return DatumDataset(root, image_size=(16, 16), batch_size=4, seed=1, verbose=False)
+
+
+def _first_batch(dataset):
+    x, y = next(iter(dataset))
+    return x.numpy(), y.numpy()
+
+
+def _all_x(dataset):
+    return np.concatenate([x.numpy() for x, _ in dataset])
+
+
+@pytest.mark.parametrize(
+    "make_layer",
+    [
+        lambda: keras.layers.RandomFlip("horizontal"),
+        lambda: keras.layers.RandomRotation(0.2),
+        lambda: keras.layers.RandAugment(value_range=(0, 255)),
+        lambda: keras.layers.RandomColorJitter(value_range=(0, 255), brightness_factor=0.3),
+        lambda: keras_cv.layers.RandomFlip("horizontal"),
+        lambda: keras_cv.layers.RandAugment(value_range=(0, 255)),
+        lambda: keras_cv.layers.RandomColorJitter(
+            value_range=(0, 255), brightness_factor=0.3, contrast_factor=0.3,
+            saturation_factor=0.3, hue_factor=0.1,
+        ),
+    ],
+)
+def test_per_example_layers_change_images_but_not_labels(ds, make_layer):
+    plain_x = _all_x(ds.train(shuffle=False))
+    plain_y = np.concatenate([y for _, y in ds.train(shuffle=False)])
+    augmented = ds.train(shuffle=False, augment=make_layer())
+    x = _all_x(augmented)
+    y = np.concatenate([y for _, y in augmented])
+    assert x.shape == plain_x.shape and x.dtype == np.float32
+    assert not np.array_equal(x, plain_x)
+    np.testing.assert_array_equal(y, plain_y)
+
+
+def test_random_crop_changes_the_image_size(ds):
+    x, _ = _first_batch(ds.train(augment=keras.layers.RandomCrop(10, 12)))
+    assert x.shape == (4, 10, 12, 3)
+
+
+def test_list_of_layers_and_a_callable_compose_in_order(ds):
+    def add_seven(inputs):
+        return dict(inputs, images=inputs["images"] + 7.0)
+
+    def double(inputs):
+        return dict(inputs, images=inputs["images"] * 2.0)
+
+    plain, _ = _first_batch(ds.train(shuffle=False))
+    composed, _ = _first_batch(ds.train(shuffle=False, augment=[add_seven, double]))
+    np.testing.assert_allclose(composed, (plain + 7.0) * 2.0)
+    batched, _ = _first_batch(ds.train(shuffle=False, batch_augment=double))
+    np.testing.assert_allclose(batched, plain * 2.0)
+
+
+@pytest.mark.parametrize(
+    "make_layer",
+    [
+        lambda: keras.layers.MixUp(),
+        lambda: keras.layers.CutMix(),
+        lambda: keras_cv.layers.MixUp(),
+        lambda: keras_cv.layers.CutMix(),
+    ],
+)
+def test_label_mixing_layers_switch_to_one_hot_and_train(ds, make_layer):
+    with pytest.warns(UserWarning, match="mixes labels, so it needs one-hot float labels"):
+        train = ds.train(batch_augment=make_layer())
+    assert train.element_spec[1] == tf.TensorSpec((None, 3), tf.float32)
+    # Validation follows, so one model fits both.
+    assert ds.val().element_spec[1] == tf.TensorSpec((None, 3), tf.float32)
+    ys = np.concatenate([y for _, y in train])
+    np.testing.assert_allclose(ys.sum(axis=1), 1.0, rtol=1e-5)
+    assert ((ys > 0) & (ys < 1)).any(), "some labels must be mixed"
+    model = keras.Sequential(
+        [keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")]
+    )
+    model.compile("adam", "categorical_crossentropy")
+    model.fit(train, validation_data=ds.val(), epochs=1, verbose=0)
+
+
+def test_datum_callback_aliases(ds):
+    def flip(inputs):
+        return dict(inputs, images=tf.reverse(inputs["images"], axis=[-2]))
+
+    plain, _ = _first_batch(ds.train(shuffle=False))
+    pre, _ = _first_batch(ds.train(shuffle=False, pre_batching_callback=flip))
+    post, _ = _first_batch(ds.train(shuffle=False, post_batching_callback=flip))
+    np.testing.assert_array_equal(pre, plain[:, :, ::-1])
+    np.testing.assert_array_equal(post, plain[:, :, ::-1])
+    with pytest.raises(ValueError, match="Pass `augment` or its alias `pre_batching_callback`, not both"):
+        ds.train(augment=flip, pre_batching_callback=flip)
+
+
+def test_seed_makes_the_augmented_stream_reproducible(ds):
+    layers = [keras.layers.RandomFlip("horizontal"), keras_cv.layers.RandomRotation(0.3)]
+    first = _all_x(ds.train(augment=layers, seed=5))
+    again = _all_x(ds.train(augment=layers, seed=5))
+    other = _all_x(ds.train(augment=layers, seed=6))
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_augment_is_off_for_val_unless_asked(ds):
+    plain = _all_x(ds.val())
+    np.testing.assert_array_equal(plain, _all_x(ds.val()))
+    flipped = _all_x(ds.val(augment=keras.layers.RandomFlip("horizontal", seed=3), seed=3))
+    assert not np.array_equal(plain, flipped)
+
+
+def test_not_a_layer_or_callable(ds):
+    with pytest.raises(TypeError, match=r"`augment` must be a Keras layer, a callable, or a list of them. Received: augment='flip'"):
+        ds.train(augment="flip")
+    with pytest.raises(TypeError, match=r"`batch_augment` .* Received: batch_augment=3"):
+        ds.train(batch_augment=[3])
+
+
+def test_a_step_that_breaks_the_structure_is_named(ds):
+    def images_only(inputs):
+        return inputs["images"]
+
+    with pytest.raises(ValueError, match=r"The augment step images_only must return the element dict with keys \['images', 'labels'\]"):
+        ds.train(augment=images_only)
+
+
+def test_a_layer_that_cannot_handle_the_element_is_named(ds):
+    # Per example, KerasCV's MixUp has no batch to mix with.
+    with pytest.raises(ValueError, match=r"The augment step MixUp \(name='mix_up.*'\) failed on the element"):
+        ds.train(augment=keras_cv.layers.MixUp())
