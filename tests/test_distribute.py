@@ -1,0 +1,137 @@
+"""Strategy and mixed-precision defaults, on 2 logical CPU devices."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+import tensorflow as tf
+from conftest import make_class_folders
+
+from keras_datum import DatumDataset
+from keras_datum import distribute
+
+
+@pytest.fixture(autouse=True)
+def restore_policy():
+    before = keras.mixed_precision.global_policy().name
+    yield
+    keras.mixed_precision.set_global_policy(before)
+
+
+MIRRORED_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+    )
+    import keras
+    from keras_datum import DatumDataset
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    ds = DatumDataset(sys.argv[1], image_size=(16, 16), batch_size=4,
+                      strategy=strategy, seed=0, verbose=False)
+    x, _ = next(iter(ds.train()))
+    batch = next(iter(strategy.experimental_distribute_dataset(ds.train())))
+    replicas = [r.numpy() for r in strategy.experimental_local_results(batch[0])]
+    with ds.strategy.scope():
+        model = keras.Sequential([
+            keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255),
+            keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax"),
+        ])
+        model.compile("adam", "sparse_categorical_crossentropy")
+    history = model.fit(ds.train(), validation_data=ds.val(), epochs=1, verbose=0)
+    print(json.dumps({
+        "replicas": ds.strategy.num_replicas_in_sync,
+        "is_given": ds.strategy is strategy,
+        "global_batch_size": ds.global_batch_size,
+        "first_batch": int(x.shape[0]),
+        "per_replica": [int(r.shape[0]) for r in replicas],
+        "replicas_distinct": not np.array_equal(replicas[0], replicas[1]),
+        "loss": history.history["loss"][0],
+        "val_loss": history.history["val_loss"][0],
+    }))
+    """
+)
+
+
+def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 12, "b": 12, "c": 12})
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED_SCRIPT, root],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["replicas"] == 2 and out["is_given"]
+    assert out["global_batch_size"] == 8
+    assert out["first_batch"] == 8
+    assert out["per_replica"] == [4, 4]
+    assert out["replicas_distinct"]
+    assert out["loss"] > 0 and out["val_loss"] > 0
+
+
+def test_auto_strategy_without_gpus_is_the_default_strategy(class_folders):
+    ds = DatumDataset(class_folders, batch_size=5, verbose=False)
+    assert ds.strategy is tf.distribute.get_strategy()
+    assert ds.global_batch_size == 5
+
+
+def test_bad_strategy():
+    with pytest.raises(ValueError, match="`strategy` must be 'auto' or a tf.distribute.Strategy instance. Received: strategy='mirrored'"):
+        DatumDataset("/nonexistent", strategy="mirrored")
+
+
+def test_bad_mixed_precision():
+    with pytest.raises(ValueError, match="Received: mixed_precision='fp16'"):
+        DatumDataset("/nonexistent", mixed_precision="fp16")
+
+
+def test_auto_leaves_cpu_alone(class_folders):
+    ds = DatumDataset(class_folders, verbose=False)
+    assert ds.mixed_precision == "float32"
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+@pytest.mark.parametrize(
+    "capabilities, expected", [([(8, 0)], "mixed_float16"), ([(6, 1)], "float32"), ([], "float32")]
+)
+def test_auto_picks_float16_on_a_recent_gpu(class_folders, monkeypatch, capabilities, expected):
+    monkeypatch.setattr(distribute, "gpu_compute_capabilities", lambda: capabilities)
+    ds = DatumDataset(class_folders, mixed_precision="auto", verbose=False)
+    assert ds.mixed_precision == expected
+    assert keras.mixed_precision.global_policy().name == expected
+
+
+def test_auto_picks_bfloat16_on_tpu(class_folders, monkeypatch):
+    monkeypatch.setattr(distribute, "_has_tpu", lambda: True)
+    ds = DatumDataset(class_folders, mixed_precision="auto", verbose=False)
+    assert ds.mixed_precision == "mixed_bfloat16"
+
+
+def test_float32_leaves_the_policy_alone(class_folders, monkeypatch):
+    monkeypatch.setattr(distribute, "gpu_compute_capabilities", lambda: [(9, 0)])
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    DatumDataset(class_folders, mixed_precision="float32", verbose=False)
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+
+
+def test_mixed_policy_images_travel_in_the_compute_dtype(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), mixed_precision="mixed_float16", verbose=False)
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    x_spec, y_spec = ds.train().element_spec
+    assert x_spec.dtype == tf.float16 and y_spec.dtype == tf.int32
+    model = keras.Sequential(
+        [keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+         keras.layers.Dense(3), keras.layers.Activation("softmax", dtype="float32")]
+    )
+    model.compile("adam", "sparse_categorical_crossentropy")
+    history = model.fit(ds.train(), epochs=1, verbose=0)
+    assert history.history["loss"][0] > 0
