@@ -1,4 +1,4 @@
-"""The `keras-datum` command: export, info, demo."""
+"""The `keras-datum` command: export, info, preview, demo."""
 
 import argparse
 import json
@@ -72,6 +72,19 @@ def _demo(args):
     return 0 if accuracy > 0 else 1
 
 
+def _preview(args):
+    from keras_datum.dataset import DatumDataset
+
+    ds = DatumDataset(
+        args.source,
+        image_size=(args.image_size, args.image_size),
+        cache_dir=args.cache_dir,
+        verbose=False,
+    )
+    ds.preview(split=args.split, num_images=args.num_images, path=args.path)
+    print(f"Wrote {args.path}")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-datum",
@@ -92,6 +105,15 @@ def build_parser():
     info = commands.add_parser("info", help="classes, counts, shards, invalid files")
     info.add_argument("path", help="a cache folder, or a source folder")
     info.set_defaults(run=_info)
+
+    preview = commands.add_parser("preview", help="save a grid of captioned samples")
+    preview.add_argument("source")
+    preview.add_argument("--path", default="preview.png")
+    preview.add_argument("--split", default="train")
+    preview.add_argument("--num-images", type=int, default=16)
+    preview.add_argument("--image-size", type=int, default=128)
+    preview.add_argument("--cache-dir", default=None)
+    preview.set_defaults(run=_preview)
 
     demo = commands.add_parser("demo", help="draw a shapes dataset, export, train")
     demo.add_argument("--data-dir", default=None)

@@ -461,5 +461,64 @@ class DatumDataset:
         """The test split, when the source has one; see `train()`."""
         return self._split("test", batch_size, shuffle, repeat, seed, augment, batch_augment)
 
+    # --- Seeing the data ------------------------------------------------
+
+    def preview(
+        self,
+        split="train",
+        *,
+        augment=None,
+        batch_augment=None,
+        num_images=16,
+        columns=4,
+        path=None,
+        seed=None,
+    ):
+        """Draws a grid of samples after augmentation, captioned by class.
+
+        Args:
+            split: `"train"`, `"val"` or `"test"`. Defaults to `"train"`.
+            augment: per-example augmentation to show (see `train()`).
+            batch_augment: per-batch augmentation to show (MixUp shows the
+                mixed classes with their weights).
+            num_images: how many samples. Defaults to 16.
+            columns: grid columns. Defaults to 4.
+            path: when given, the figure is saved there (PNG by extension).
+            seed: seeds the shuffle and augmentation of the samples.
+
+        Returns:
+            The `matplotlib.figure.Figure`; in a notebook it displays inline
+            as the cell's last expression (or with `display(...)`).
+        """
+        from keras_datum import visualize
+
+        batch = max(2, num_images) if batch_augment is not None else None
+        dataset = self._split(
+            split,
+            batch,
+            split == "train",
+            False,
+            seed,
+            augment,
+            batch_augment,
+        )
+        if batch is not None:
+            dataset = dataset.unbatch()
+        figure = visualize.preview_figure(
+            dataset, self.class_names, num_images=num_images, columns=columns
+        )
+        if path is not None:
+            figure.savefig(path, dpi=80)
+        return figure
+
+    def summary(self, print_fn=print):
+        """Prints (and returns) a dataset card: classes, counts, sizes, invalid files."""
+        from keras_datum import visualize
+
+        text = visualize.summary_text(self.info, self.invalid_files)
+        if print_fn is not None:
+            print_fn(text)
+        return text
+
     def __repr__(self):
         return f"DatumDataset({self.source!r}, cache_dir={self.cache_dir!r})"

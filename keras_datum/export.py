@@ -170,7 +170,9 @@ def serialize(record, image):
     return example.SerializeToString()
 
 
-def _write_split(split, records, folder, seed, on_invalid, workers, progress):
+def _write_split(
+    split, records, folder, seed, on_invalid, workers, progress, num_classes
+):
     """Writes one split's shards; returns (split metadata, invalid entries)."""
     num_bytes = sum(os.path.getsize(r.path) for r in records)
     count = num_shards(len(records), num_bytes)
@@ -182,6 +184,7 @@ def _write_split(split, records, folder, seed, on_invalid, workers, progress):
     lengths = [0] * count
     invalid = []
     heights, widths = [], []
+    class_counts = collections.Counter()
     written = 0
     try:
         ordered = ((records[i], shard_of[i]) for i in order)
@@ -198,6 +201,7 @@ def _write_split(split, records, folder, seed, on_invalid, workers, progress):
                 )
                 continue
             writers[shard].write(serialize(record, result))
+            class_counts[record.stratum] += 1
             lengths[shard] += 1
             written += 1
             heights.append(result.height)
@@ -207,6 +211,9 @@ def _write_split(split, records, folder, seed, on_invalid, workers, progress):
             writer.close()
     info = {
         "num_examples": written,
+        "class_counts": [class_counts[i] for i in range(num_classes)]
+        if num_classes
+        else None,
         "shards": [{"file": n, "num_examples": k} for n, k in zip(names, lengths)],
         "image_sizes": _size_stats(heights, widths),
     }
@@ -296,6 +303,8 @@ def export_layout(
     os.makedirs(tmp_dir)
     workers = os.cpu_count() or 1
     total = sum(len(r) for r in splits.values())
+    spec = layout.info["label_spec"]
+    num_classes = spec["num_classes"] if spec["type"] == "class" else 0
     try:
         split_info, invalid = {}, []
         with tqdm(
@@ -303,7 +312,8 @@ def export_layout(
         ) as progress:
             for split, records in splits.items():
                 split_info[split], bad = _write_split(
-                    split, records, tmp_dir, seed, on_invalid, workers, progress
+                    split, records, tmp_dir, seed, on_invalid, workers, progress,
+                    num_classes,
                 )
                 invalid += bad
         if split_info["train"]["num_examples"] == 0:

@@ -1,0 +1,94 @@
+"""Seeing the data: a captioned grid of samples, and a dataset card."""
+
+import math
+
+import numpy as np
+
+
+def _caption(label, class_names):
+    """A short caption for one label of any label mode."""
+    if label is None:
+        return ""
+    label = np.asarray(label)
+    if label.ndim == 0:
+        index = int(label)
+        return class_names[index] if 0 <= index < len(class_names) else str(index)
+    if class_names and label.shape[-1] == len(class_names):
+        # One-hot, mixed (MixUp) or multi-hot: the classes that carry weight.
+        order = np.argsort(-label)
+        parts = [
+            f"{class_names[i]} {label[i]:.2f}" if label[i] < 0.995 else class_names[i]
+            for i in order[:2]
+            if label[i] > 0.005
+        ]
+        return " / ".join(parts) or "(none)"
+    if label.shape == (1,) and len(class_names) == 2:  # binary
+        return class_names[int(round(float(label[0])))]
+    return ", ".join(f"{v:.3g}" for v in label.reshape(-1)[:3])
+
+
+def preview_figure(dataset, class_names, num_images=16, columns=4):
+    """Draws up to `num_images` unbatched `(x, y)` elements as a captioned grid.
+
+    Returns:
+        A `matplotlib.figure.Figure` (no pyplot global state is touched).
+    """
+    from matplotlib.figure import Figure
+
+    samples = list(dataset.take(num_images).as_numpy_iterator())
+    if not samples:
+        raise ValueError("There are no examples to preview in this split.")
+    columns = min(columns, len(samples))
+    rows = math.ceil(len(samples) / columns)
+    figure = Figure(figsize=(2.2 * columns, 2.4 * rows))
+    for index, sample in enumerate(samples):
+        image, label = sample if isinstance(sample, tuple) else (sample, None)
+        axes = figure.add_subplot(rows, columns, index + 1)
+        image = np.clip(np.asarray(image, dtype=np.float32) / 255.0, 0, 1)
+        if image.shape[-1] == 1:
+            axes.imshow(image[..., 0], cmap="gray", vmin=0, vmax=1)
+        else:
+            axes.imshow(image)
+        axes.set_title(_caption(label, class_names), fontsize=9)
+        axes.axis("off")
+    figure.tight_layout()
+    return figure
+
+
+def summary_text(meta, invalid_files):
+    """The dataset card: layout, classes with per-split counts, sizes, invalid files."""
+    lines = [
+        f"Dataset card: {meta['source']}",
+        f"  problem: {meta['problem']}, layout: {meta['layout']}, "
+        f"exported {meta['created']} by keras_datum {meta['keras_datum_version']}",
+    ]
+    splits = meta["splits"]
+    lines.append(
+        "  examples: " + ", ".join(f"{s} {v['num_examples']}" for s, v in splits.items())
+    )
+    names = meta["class_names"]
+    if names and all(v.get("class_counts") for v in splits.values()):
+        width = max(len(n) for n in names + ["class"])
+        header = "  " + "class".ljust(width) + "".join(f"{s:>8}" for s in splits)
+        lines += ["", header]
+        for index, name in enumerate(names):
+            counts = "".join(f"{v['class_counts'][index]:>8}" for v in splits.values())
+            lines.append("  " + name.ljust(width) + counts)
+    elif names:
+        lines.append(f"  classes ({len(names)}): {', '.join(names)}")
+    else:
+        lines.append(f"  labels: {meta['label_spec']['type']}")
+    lines.append("")
+    for split, info in splits.items():
+        sizes = info.get("image_sizes") or {}
+        if sizes:
+            h, w = sizes["height"], sizes["width"]
+            lines.append(
+                f"  {split} image size: height {h['min']}-{h['max']} "
+                f"(mean {h['mean']:.0f}), width {w['min']}-{w['max']} "
+                f"(mean {w['mean']:.0f})"
+            )
+    lines.append(f"  invalid files left out: {len(invalid_files)}")
+    for entry in invalid_files:
+        lines.append(f"    {entry['split']}/{entry['file']}: {entry['reason']}")
+    return "\n".join(lines)

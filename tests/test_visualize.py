@@ -1,0 +1,63 @@
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_datum import DatumDataset
+from keras_datum import cli
+from keras_datum.demo import make_shapes_dataset
+
+
+@pytest.fixture
+def shapes(tmp_path):
+    return make_shapes_dataset(str(tmp_path / "shapes"), images_per_class=6, image_size=32)
+
+
+def _not_blank(path):
+    pixels = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32)
+    return pixels.std() > 10
+
+
+def test_preview_png_has_a_captioned_grid(shapes, tmp_path):
+    ds = DatumDataset(shapes, image_size=(32, 32), verbose=False)
+    path = tmp_path / "preview.png"
+    figure = ds.preview(
+        augment=keras.layers.RandomFlip("horizontal"), num_images=8, columns=4, path=path
+    )
+    image = Image.open(path)
+    assert image.format == "PNG"
+    assert image.size == (int(2.2 * 4 * 80), int(2.4 * 2 * 80))
+    assert _not_blank(path)
+    titles = [axes.get_title() for axes in figure.axes]
+    assert len(titles) == 8
+    assert set(titles) <= {"circle", "square", "triangle"}
+
+
+def test_preview_after_mixup_shows_mixed_captions(shapes, tmp_path):
+    ds = DatumDataset(shapes, image_size=(32, 32), label_mode="categorical", verbose=False)
+    figure = ds.preview(batch_augment=keras.layers.MixUp(), num_images=6, seed=2)
+    titles = [axes.get_title() for axes in figure.axes]
+    assert any(" / " in t for t in titles), titles
+
+
+def test_cli_preview(shapes, tmp_path, capsys):
+    path = tmp_path / "cli.png"
+    assert cli.main(["preview", shapes, "--path", str(path), "--num-images", "4", "--image-size", "32"]) == 0
+    assert _not_blank(path)
+    assert f"Wrote {path}" in capsys.readouterr().out
+
+
+def test_summary_card(shapes, tmp_path):
+    (tmp_path / "shapes" / "circle" / "broken.png").write_bytes(b"")
+    ds = DatumDataset(shapes, image_size=(32, 32), verbose=False)
+    with pytest.warns(UserWarning):
+        ds.export()
+    lines = []
+    text = ds.summary(print_fn=lines.append)
+    assert lines == [text]
+    assert "examples: train 15, val 3" in text
+    table = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip().startswith(("circle", "square", "triangle"))}
+    assert table == {"circle": ["5", "1"], "square": ["5", "1"], "triangle": ["5", "1"]}
+    assert "train image size: height 32-32 (mean 32), width 32-32 (mean 32)" in text
+    assert "invalid files left out: 1" in text
+    assert "train/circle/broken.png: empty file (0 bytes)" in text or "val/circle/broken.png: empty file (0 bytes)" in text
