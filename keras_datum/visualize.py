@@ -52,7 +52,29 @@ def preview_figure(dataset, class_names, num_images=16, columns=4):
         axes.set_title(_caption(label, class_names), fontsize=9)
         axes.axis("off")
     figure.tight_layout()
+    register_notebook_display()
     return figure
+
+
+def register_notebook_display():
+    """Lets IPython show a returned `Figure` inline as a PNG.
+
+    The preview figure is made without pyplot (no global state, no second
+    copy drawn by the inline backend), so IPython needs to be told how to
+    render it. Outside IPython this does nothing.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import print_figure
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from matplotlib.figure import Figure
+
+    formatter = shell.display_formatter.formatters["image/png"]
+    formatter.for_type(Figure, lambda figure: print_figure(figure, "png"))
 
 
 def summary_text(meta, invalid_files):
