@@ -6,6 +6,7 @@ from keras_datum import augment as augment_lib
 from keras_datum import cache
 from keras_datum import distribute
 from keras_datum import export as export_lib
+from keras_datum import images
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum.problems import classification
@@ -181,7 +182,7 @@ class DatumDataset:
         self._image_size = _check_image_size(image_size)
         self._batch_size = _check_batch_size(batch_size)
         _choice("label_mode", label_mode, classification.LABEL_MODES)
-        _choice("color_mode", color_mode, tuple(pipeline.CHANNELS))
+        _choice("color_mode", color_mode, tuple(images.CHANNELS))
         _choice("interpolation", interpolation, INTERPOLATIONS)
         if crop_to_aspect_ratio and pad_to_aspect_ratio:
             raise ValueError(

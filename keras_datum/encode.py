@@ -27,7 +27,11 @@ _EXIF_ORIENTATION = 0x0112
 _PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
 
 
-class InvalidImageError(ValueError):
+class InvalidExampleError(ValueError):
+    """A source example that cannot be used; the message says why."""
+
+
+class InvalidImageError(InvalidExampleError):
     """A source file that cannot be used as an image; the message says why."""
 
 

@@ -43,13 +43,7 @@ MAX_SMALL_SHARDS = 16
 # that memory stays flat.
 WINDOW_PER_WORKER = 8
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
-IMAGE_FEATURES = {
-    "image": {"dtype": "string", "shape": []},
-    "image/format": {"dtype": "string", "shape": []},
-    "image/filename": {"dtype": "string", "shape": []},
-    "image/height": {"dtype": "int64", "shape": []},
-    "image/width": {"dtype": "int64", "shape": []},
-}
+SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
 
 
 def num_shards(num_examples, num_bytes):
@@ -120,12 +114,51 @@ def plan_shards(records, count, rng):
     return np.argsort(keys, kind="stable"), shard_of
 
 
-def _encode(item):
-    record, _ = item
-    try:
-        return item, encode.encode_image(record.path)
-    except encode.InvalidImageError as e:
-        return item, e
+def _encoder(problem):
+    def encode_one(item):
+        record, _ = item
+        try:
+            return item, problem.encode(record)
+        except encode.InvalidExampleError as e:
+            return item, e
+
+    return encode_one
+
+
+class SplitStats:
+    """Adds up the stats that a problem's `encode` returns for each example.
+
+    `height`/`width` give image size statistics; other integers are summed
+    (boxes clipped, boxes dropped); lists of ints are counted per value
+    (objects per class); sets are merged (mask values seen).
+    """
+
+    def __init__(self):
+        self.sizes = {"height": [], "width": []}
+        self.sums = collections.Counter()
+        self.counts = collections.defaultdict(collections.Counter)
+        self.unions = collections.defaultdict(set)
+
+    def add(self, stats):
+        for key, value in stats.items():
+            if key in self.sizes:
+                self.sizes[key].append(value)
+            elif isinstance(value, int):
+                self.sums[key] += value
+            elif isinstance(value, list):
+                self.counts[key].update(value)
+            else:
+                self.unions[key].update(value)
+
+    def as_dict(self, num_classes):
+        out = {"image_sizes": _size_stats(self.sizes["height"], self.sizes["width"])}
+        out.update(self.sums)
+        for key, counter in self.counts.items():
+            size = max(num_classes, max(counter, default=-1) + 1)
+            out[key] = [counter[i] for i in range(size)]
+        for key, values in self.unions.items():
+            out[key] = sorted(int(v) for v in values)
+        return out
 
 
 def _ordered_map(fn, items, workers):
@@ -156,22 +189,16 @@ def _feature(values):
     return tf.train.Feature(float_list=tf.train.FloatList(value=values))
 
 
-def serialize(record, image):
-    features = {
-        "image": _feature(image.data),
-        "image/format": _feature(image.format.encode()),
-        "image/filename": _feature(record.relpath.encode("utf-8")),
-        "image/height": _feature([image.height]),
-        "image/width": _feature([image.width]),
-    }
-    for name, values in record.labels.items():
-        features[name] = _feature(values)
+def serialize(record, features):
+    """One `tf.train.Example`: the problem's features plus the source file name."""
+    features = {name: _feature(values) for name, values in features.items()}
+    features["source/filename"] = _feature(record.relpath.encode("utf-8"))
     example = tf.train.Example(features=tf.train.Features(feature=features))
     return example.SerializeToString()
 
 
 def _write_split(
-    split, records, folder, seed, on_invalid, workers, progress, num_classes
+    problem, split, records, folder, seed, on_invalid, workers, progress, num_classes
 ):
     """Writes one split's shards; returns (split metadata, invalid entries)."""
     num_bytes = sum(os.path.getsize(r.path) for r in records)
@@ -183,29 +210,30 @@ def _write_split(
     writers = [tf.io.TFRecordWriter(os.path.join(folder, n)) for n in names]
     lengths = [0] * count
     invalid = []
-    heights, widths = [], []
+    stats = SplitStats()
     class_counts = collections.Counter()
     written = 0
     try:
         ordered = ((records[i], shard_of[i]) for i in order)
-        for (record, shard), result in _ordered_map(_encode, ordered, workers):
+        encode_one = _encoder(problem)
+        for (record, shard), result in _ordered_map(encode_one, ordered, workers):
             progress.update(1)
-            if isinstance(result, encode.InvalidImageError):
+            if isinstance(result, encode.InvalidExampleError):
                 if on_invalid == "raise":
-                    raise encode.InvalidImageError(
-                        f"Invalid image {record.path!r}: {result}. Pass "
+                    raise type(result)(
+                        f"Invalid example {record.path!r}: {result}. Pass "
                         "on_invalid='skip' to leave such files out."
                     )
                 invalid.append(
                     {"split": split, "file": record.relpath, "reason": str(result)}
                 )
                 continue
-            writers[shard].write(serialize(record, result))
+            features, example_stats = result
+            writers[shard].write(serialize(record, features))
             class_counts[record.stratum] += 1
             lengths[shard] += 1
             written += 1
-            heights.append(result.height)
-            widths.append(result.width)
+            stats.add(example_stats)
     finally:
         for writer in writers:
             writer.close()
@@ -215,7 +243,7 @@ def _write_split(
         if num_classes
         else None,
         "shards": [{"file": n, "num_examples": k} for n, k in zip(names, lengths)],
-        "image_sizes": _size_stats(heights, widths),
+        **stats.as_dict(num_classes),
     }
     return info, invalid
 
@@ -312,6 +340,7 @@ def export_layout(
         ) as progress:
             for split, records in splits.items():
                 split_info[split], bad = _write_split(
+                    problem,
                     split, records, tmp_dir, seed, on_invalid, workers, progress,
                     num_classes,
                 )
@@ -333,7 +362,7 @@ def export_layout(
             "class_names": layout.info["class_names"],
             "label_spec": layout.info["label_spec"],
             "splits": split_info,
-            "features": {**IMAGE_FEATURES, **problem.label_features(layout.info)},
+            "features": {**SOURCE_FEATURES, **problem.features(layout.info)},
             "export_options": export_options,
             "validation_carve": {
                 "carved": carved,

@@ -1,4 +1,4 @@
-"""The tf.data read path: shards -> examples -> decoded, resized images -> batches.
+"""The tf.data read path: shards -> examples -> decoded inputs -> batches.
 
 Everything here is graph code: no Python runs per example.
 """
@@ -10,7 +10,6 @@ import tensorflow as tf
 from keras_datum import problems
 
 AUTOTUNE = tf.data.AUTOTUNE
-CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
 # Encoded examples held for shuffling. With the write-time shuffle and the
 # interleave of several shards, a few thousand already mixes the classes well.
 DEFAULT_SHUFFLE_BUFFER = 2048
@@ -30,35 +29,6 @@ def parse_spec(features):
     return spec
 
 
-def _crop_to_aspect_ratio(image, image_size):
-    """The centre crop with the target's aspect ratio, as Keras's `smart_resize`."""
-    shape = tf.shape(image)
-    height, width = shape[0], shape[1]
-    target_height, target_width = image_size
-    crop_height = tf.minimum(height, (width * target_height) // target_width)
-    crop_width = tf.minimum(width, (height * target_width) // target_height)
-    top = (height - crop_height) // 2
-    left = (width - crop_width) // 2
-    return image[top : top + crop_height, left : left + crop_width]
-
-
-def resize(image, options):
-    """Resizes a decoded uint8 image to `image_size` as float32 in [0, 255]."""
-    image_size = options["image_size"]
-    method = options["interpolation"]
-    if options["pad_to_aspect_ratio"]:
-        image = tf.image.resize_with_pad(
-            image, image_size[0], image_size[1], method=method
-        )
-    else:
-        if options["crop_to_aspect_ratio"]:
-            image = _crop_to_aspect_ratio(image, image_size)
-        image = tf.image.resize(image, image_size, method=method)
-    image = tf.cast(image, tf.float32)
-    image.set_shape((image_size[0], image_size[1], CHANNELS[options["color_mode"]]))
-    return image
-
-
 def decode_example(serialized, meta, options):
     """One serialized example -> the problem's KerasCV dict."""
     parsed = tf.io.parse_single_example(serialized, parse_spec(meta["features"]))
@@ -66,14 +36,7 @@ def decode_example(serialized, meta, options):
         k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
         for k, v in parsed.items()
     }
-    image = tf.io.decode_image(
-        parsed["image"],
-        channels=CHANNELS[options["color_mode"]],
-        expand_animations=False,
-    )
-    images = resize(image, options)
-    problem = problems.get(meta["problem"])
-    return problem.to_inputs(parsed, images, meta, options)
+    return problems.get(meta["problem"]).decode(parsed, meta, options)
 
 
 def shard_paths(meta, cache_dir, split):
@@ -157,7 +120,9 @@ def build(
     to_keras = problems.get(meta["problem"]).to_keras
 
     def finish(inputs):
-        inputs = dict(inputs, images=tf.cast(inputs["images"], image_dtype))
+        inputs = dict(inputs)
+        if "images" in inputs:
+            inputs["images"] = tf.cast(inputs["images"], image_dtype)
         if int_labels:
             inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
         return to_keras(inputs)

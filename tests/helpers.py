@@ -15,7 +15,7 @@ def read_split(ds, split):
         for raw in tf.data.TFRecordDataset(path):
             example = tf.train.Example.FromString(raw.numpy())
             feature = example.features.feature
-            name = feature["image/filename"].bytes_list.value[0].decode()
+            name = feature["source/filename"].bytes_list.value[0].decode()
             label = list(feature["label"].int64_list.value) if "label" in feature else None
             pixels = tf.io.decode_image(
                 feature["image"].bytes_list.value[0], expand_animations=False

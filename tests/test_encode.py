@@ -158,7 +158,7 @@ def test_on_invalid_raise_names_the_file_and_leaves_no_cache(tmp_path):
     root = _zoo(tmp_path / "src")
     cache_dir = tmp_path / "cache"
     ds = DatumDataset(root, cache_dir=cache_dir, on_invalid="raise", verbose=False)
-    with pytest.raises(InvalidImageError, match=r"Invalid image .*a/(empty|text).jpg"):
+    with pytest.raises(InvalidImageError, match=r"Invalid example .*a/(empty|text).jpg"):
         ds.export()
     assert not cache_dir.exists()
     leftovers = [n for n in os.listdir(tmp_path) if n.startswith("cache")]

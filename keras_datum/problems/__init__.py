@@ -9,8 +9,11 @@ A problem module provides:
 - `check_read_options(info, options)`: raises `ValueError` for read options
   that this dataset cannot honour (for example `label_mode="binary"` with
   three classes).
-- `label_features(info)`: the JSON feature spec of the label features.
-- `to_inputs(parsed, images, info, options)`: the KerasCV-style dict
+- `features(info)`: the JSON feature spec of everything it stores.
+- `encode(record)`: `(features, stats)` for one `ExampleRecord`, read and
+  validated; raises `encode.InvalidExampleError` for an unusable example.
+  Runs in export worker threads.
+- `decode(parsed, info, options)`: the KerasCV-style dict
   (`{"images": ..., "labels": ...}`) built from one parsed example.
 - `to_keras(inputs)`: the `(x, y)` (or `x`) handed to Keras.
 

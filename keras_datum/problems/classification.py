@@ -31,6 +31,7 @@ import re
 
 import tensorflow as tf
 
+from keras_datum import images
 from keras_datum import sources
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
@@ -371,6 +372,18 @@ def check_read_options(info, options):
         )
 
 
+def features(info):
+    """The stored feature spec: the image plus the label."""
+    return {**images.IMAGE_FEATURES, **label_features(info)}
+
+
+def encode(record):
+    """Validates one image; returns (features to store, stats)."""
+    features, stats = images.encode_features(record.path)
+    features.update(record.labels)
+    return features, stats
+
+
 def label_features(info):
     spec = info["label_spec"]
     if spec["type"] == "class":
@@ -382,9 +395,14 @@ def label_features(info):
     return {}
 
 
-def to_inputs(parsed, images, info, options):
-    """Builds the KerasCV dict for one example (graph code, no Python per row)."""
-    inputs = {"images": images}
+def decode(parsed, info, options):
+    """Builds the KerasCV dict for one parsed example (graph code)."""
+    inputs = {"images": images.decode_and_resize(parsed, options)}
+    return with_labels(inputs, parsed, info, options)
+
+
+def with_labels(inputs, parsed, info, options):
+    """Adds `"labels"` in the form `label_mode` asks for (shared with text)."""
     spec = info["label_spec"]
     label_mode = options["label_mode"]
     if label_mode is None or spec["type"] == "none":

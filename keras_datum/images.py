@@ -1,0 +1,96 @@
+"""Image features shared by the image problems: how they are stored and decoded.
+
+The PIL side (validating and converting a source file) is `encode`; this is
+the TensorFlow side: the stored feature spec and the graph code that decodes
+and resizes. The problem modules call these; the pipeline does not.
+"""
+
+import tensorflow as tf
+
+from keras_datum import encode
+
+CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
+IMAGE_FEATURES = {
+    "image": {"dtype": "string", "shape": []},
+    "image/format": {"dtype": "string", "shape": []},
+    "image/height": {"dtype": "int64", "shape": []},
+    "image/width": {"dtype": "int64", "shape": []},
+}
+
+
+def encode_features(path):
+    """Validates one image file; returns (its stored features, its stats).
+
+    Raises:
+        encode.InvalidImageError: the file is not a usable image.
+    """
+    image = encode.encode_image(path)
+    features = {
+        "image": image.data,
+        "image/format": image.format.encode(),
+        "image/height": [image.height],
+        "image/width": [image.width],
+    }
+    return features, {"height": image.height, "width": image.width}
+
+
+def decode(parsed, options):
+    """The stored image as uint8 `(height, width, channels)`."""
+    return tf.io.decode_image(
+        parsed["image"],
+        channels=CHANNELS[options["color_mode"]],
+        expand_animations=False,
+    )
+
+
+def _crop_to_aspect_ratio(image, image_size):
+    """The centre crop with the target's aspect ratio, as Keras's `smart_resize`."""
+    shape = tf.shape(image)
+    height, width = shape[0], shape[1]
+    target_height, target_width = image_size
+    crop_height = tf.minimum(height, (width * target_height) // target_width)
+    crop_width = tf.minimum(width, (height * target_width) // target_height)
+    top = (height - crop_height) // 2
+    left = (width - crop_width) // 2
+    return image[top : top + crop_height, left : left + crop_width]
+
+
+def pad_geometry(height, width, image_size):
+    """Where `tf.image.resize_with_pad` puts the image: (scaled h, w, top, left).
+
+    The same arithmetic as TensorFlow's, so that boxes can follow the pixels.
+    """
+    height = tf.cast(height, tf.float32)
+    width = tf.cast(width, tf.float32)
+    target_height, target_width = image_size
+    ratio = tf.maximum(width / target_width, height / target_height)
+    scaled_height = tf.floor(height / ratio)
+    scaled_width = tf.floor(width / ratio)
+    top = tf.floor(tf.maximum(0.0, (target_height - scaled_height) / 2))
+    left = tf.floor(tf.maximum(0.0, (target_width - scaled_width) / 2))
+    return scaled_height, scaled_width, top, left
+
+
+def resize(image, options, method=None):
+    """Resizes a decoded image to `image_size`, as float32 in [0, 255].
+
+    `method` overrides `options["interpolation"]` (masks use "nearest").
+    """
+    image_size = options["image_size"]
+    method = method or options["interpolation"]
+    channels = image.shape[-1]
+    if options["pad_to_aspect_ratio"]:
+        image = tf.image.resize_with_pad(
+            image, image_size[0], image_size[1], method=method
+        )
+    else:
+        if options["crop_to_aspect_ratio"]:
+            image = _crop_to_aspect_ratio(image, image_size)
+        image = tf.image.resize(image, image_size, method=method)
+    image = tf.cast(image, tf.float32)
+    image.set_shape((image_size[0], image_size[1], channels))
+    return image
+
+
+def decode_and_resize(parsed, options):
+    return resize(decode(parsed, options), options)
