@@ -51,11 +51,15 @@ def fingerprint(layout, root):
     paths += list(layout.extra_files)
     hasher = hashlib.sha256()
     total = 0
-    for path in sorted(paths):
-        stat = os.stat(path)
-        total += stat.st_size
+    for path in sorted(set(paths)):
+        try:
+            stat = os.stat(path)
+            size, mtime = stat.st_size, stat.st_mtime_ns
+        except FileNotFoundError:  # An annotation naming a missing image.
+            size, mtime = -1, -1
+        total += max(size, 0)
         rel = os.path.relpath(path, root).replace(os.sep, "/")
-        hasher.update(f"{rel}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+        hasher.update(f"{rel}\t{size}\t{mtime}\n".encode())
     return {"digest": hasher.hexdigest(), "num_files": len(paths), "num_bytes": total}
 
 

@@ -10,6 +10,7 @@ from keras_datum import images
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum.problems import classification
+from keras_datum.problems import detection
 
 # Without a seed the carve and the write-time shuffle still have to be the
 # same in every process, so an unseeded dataset uses this one.
@@ -104,7 +105,8 @@ class DatumDataset:
         crop_to_aspect_ratio: centre-crop to the target aspect ratio before
             resizing, as Keras does. Defaults to `False`.
         pad_to_aspect_ratio: pad to the target aspect ratio before resizing,
-            as Keras does. Defaults to `False`.
+            as Keras does. Defaults to `None`: `True` for detection (boxes
+            keep their shape), `False` otherwise (as in Keras).
         validation_split: fraction of `train` carved into `val` at export when
             the source has no validation split; `None` or `0` carves none.
             The carve is stratified by class and fixed by `seed`. Defaults to
@@ -126,6 +128,14 @@ class DatumDataset:
             options changed, `"never"` uses an existing cache as it is,
             `"always"` exports on every first use. Defaults to `"auto"`.
         follow_links: follow symlinked folders, as in Keras. Defaults to `False`.
+        bounding_box_format: detection only: the KerasCV format of the boxes
+            handed out (`"xyxy"`, `"rel_xyxy"`, `"xywh"`, `"center_xywh"`,
+            `"yxyx"`, ...). Defaults to `"xyxy"`.
+        max_boxes: detection only: pad (with -1) or cut each image's boxes
+            to this many, giving dense tensors; `None` gives ragged batches.
+            Defaults to `None`.
+        bounding_box_class_key: detection only: `"classes"` (KerasCV) or
+            `"labels"` (Keras core box-aware layers). Defaults to `"classes"`.
         strategy: `"auto"` (MirroredStrategy over all GPUs when there are
             several, else the default strategy) or a `tf.distribute.Strategy`.
             `batch_size` is per replica. Defaults to `"auto"`.
@@ -160,7 +170,7 @@ class DatumDataset:
         color_mode="rgb",
         interpolation="bilinear",
         crop_to_aspect_ratio=False,
-        pad_to_aspect_ratio=False,
+        pad_to_aspect_ratio=None,
         validation_split=0.2,
         seed=None,
         shuffle=True,
@@ -170,6 +180,9 @@ class DatumDataset:
         on_invalid="skip",
         reexport="auto",
         follow_links=False,
+        bounding_box_format="xyxy",
+        max_boxes=None,
+        bounding_box_class_key="classes",
         strategy="auto",
         mixed_precision="auto",
         verbose=True,
@@ -201,6 +214,9 @@ class DatumDataset:
         if seed is not None and not _is_int(seed):
             raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
         _check_positive_or_none("shuffle_buffer_size", shuffle_buffer_size)
+        _choice("bounding_box_format", bounding_box_format, detection.BOUNDING_BOX_FORMATS)
+        _check_positive_or_none("max_boxes", max_boxes)
+        _choice("bounding_box_class_key", bounding_box_class_key, detection.CLASS_KEYS)
         _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
         _choice("on_invalid", on_invalid, ON_INVALID)
         _choice("reexport", reexport, REEXPORT_MODES)
@@ -221,7 +237,11 @@ class DatumDataset:
             "color_mode": color_mode,
             "interpolation": interpolation,
             "crop_to_aspect_ratio": bool(crop_to_aspect_ratio),
-            "pad_to_aspect_ratio": bool(pad_to_aspect_ratio),
+            # None: the problem's default (True for detection, else False).
+            "pad_to_aspect_ratio": pad_to_aspect_ratio,
+            "bounding_box_format": bounding_box_format,
+            "max_boxes": max_boxes,
+            "bounding_box_class_key": bounding_box_class_key,
         }
         self._export_options = {
             "validation_split": float(validation_split or 0.0),
@@ -270,6 +290,7 @@ class DatumDataset:
             self._export_options["follow_links"],
         )
         # Read options are checked against what was found before any writing.
+        self._resolve_read_options(layout.problem)
         problems.get(layout.problem).check_read_options(layout.info, self._read_options)
         fingerprint = cache.fingerprint(layout, self.source)
         fresh = not force and self._reexport == "auto"
@@ -305,7 +326,12 @@ class DatumDataset:
             return meta
         return None
 
+    def _resolve_read_options(self, problem):
+        if self._read_options["pad_to_aspect_ratio"] is None:
+            self._read_options["pad_to_aspect_ratio"] = problem == detection.NAME
+
     def _use(self, meta):
+        self._resolve_read_options(meta["problem"])
         problems.get(meta["problem"]).check_read_options(meta, self._read_options)
         invalid = meta["invalid_files"]["count"]
         if invalid and self._on_invalid == "raise":

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from keras_datum import cache
 from keras_datum import encode
 from keras_datum import problems
+from keras_datum import sources
 from keras_datum.version import __version__
 
 # Big datasets get shards of about this size: large enough for sequential
@@ -181,27 +182,33 @@ def _ordered_map(fn, items, workers):
                 future.cancel()
 
 
-def _feature(values):
-    if isinstance(values, bytes):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[values]))
-    if all(isinstance(v, int) for v in values):
+def _feature(values, dtype):
+    if dtype == "string":
+        values = [values] if isinstance(values, bytes) else values
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+    if dtype == "int64":
         return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
     return tf.train.Feature(float_list=tf.train.FloatList(value=values))
 
 
-def serialize(record, features):
-    """One `tf.train.Example`: the problem's features plus the source file name."""
-    features = {name: _feature(values) for name, values in features.items()}
-    features["source/filename"] = _feature(record.relpath.encode("utf-8"))
+def serialize(record, features, spec):
+    """One `tf.train.Example`: the problem's features plus the source file name.
+
+    `spec` (the feature spec) gives each feature's type, so that an empty
+    list (an image without boxes) is still stored with the right type.
+    """
+    features = {name: _feature(v, spec[name]["dtype"]) for name, v in features.items()}
+    features["source/filename"] = _feature(record.relpath.encode("utf-8"), "string")
     example = tf.train.Example(features=tf.train.Features(feature=features))
     return example.SerializeToString()
 
 
 def _write_split(
-    problem, split, records, folder, seed, on_invalid, workers, progress, num_classes
+    problem, info, split, records, folder, seed, on_invalid, workers, progress,
+    num_classes,
 ):
     """Writes one split's shards; returns (split metadata, invalid entries)."""
-    num_bytes = sum(os.path.getsize(r.path) for r in records)
+    num_bytes = sum(sources.file_size(r.path) for r in records)
     count = num_shards(len(records), num_bytes)
     stream = SPLIT_STREAMS[split]  # Each split gets its own seeded stream.
     rng = np.random.default_rng([seed, stream])
@@ -210,6 +217,7 @@ def _write_split(
     writers = [tf.io.TFRecordWriter(os.path.join(folder, n)) for n in names]
     lengths = [0] * count
     invalid = []
+    spec = problem.features(info)
     stats = SplitStats()
     class_counts = collections.Counter()
     written = 0
@@ -229,7 +237,7 @@ def _write_split(
                 )
                 continue
             features, example_stats = result
-            writers[shard].write(serialize(record, features))
+            writers[shard].write(serialize(record, features, spec))
             class_counts[record.stratum] += 1
             lengths[shard] += 1
             written += 1
@@ -341,6 +349,7 @@ def export_layout(
             for split, records in splits.items():
                 split_info[split], bad = _write_split(
                     problem,
+                    layout.info,
                     split, records, tmp_dir, seed, on_invalid, workers, progress,
                     num_classes,
                 )

@@ -111,13 +111,16 @@ def build(
         )
     if augment is not None:
         dataset = dataset.map(augment, num_parallel_calls=augment_calls)
-    if batch_size is not None:
+    problem = problems.get(meta["problem"])
+    if hasattr(problem, "batch"):
+        dataset = problem.batch(dataset, batch_size, options)
+    elif batch_size is not None:
         dataset = dataset.batch(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
         )
     if batch_augment is not None:
         dataset = dataset.map(batch_augment, num_parallel_calls=augment_calls)
-    to_keras = problems.get(meta["problem"]).to_keras
+    to_keras = problem.to_keras
 
     def finish(inputs):
         inputs = dict(inputs)

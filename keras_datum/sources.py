@@ -25,12 +25,15 @@ class ExampleRecord:
         labels: feature name -> list of ints or floats, written as is.
         stratum: what the validation carve stratifies on (the class), or
             `None` when the labels have no classes.
+        annotation: problem-specific data read from annotation files (boxes,
+            a mask path, a text), used by the problem's `encode`.
     """
 
     path: str
     relpath: str
     labels: dict = field(default_factory=dict)
     stratum: object = None
+    annotation: object = None
 
 
 def visible_subdirs(directory):
@@ -66,6 +69,14 @@ def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
         for name in sorted(files):
             if not name.startswith(".") and name.lower().endswith(formats):
                 yield os.path.join(root, name)
+
+
+def file_size(path):
+    """The size of `path`, or 0 when it is missing (reported at export)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def relative_path(path, root):

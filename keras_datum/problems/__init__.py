@@ -16,13 +16,21 @@ A problem module provides:
 - `decode(parsed, info, options)`: the KerasCV-style dict
   (`{"images": ..., "labels": ...}`) built from one parsed example.
 - `to_keras(inputs)`: the `(x, y)` (or `x`) handed to Keras.
+- optionally `batch(dataset, batch_size, options)` (`batch_size` may be None),
+  when plain `batch` does not fit its elements (ragged or padded boxes).
 
 The shared machinery (export, cache, pipeline) calls only these.
 """
 
 from keras_datum.problems import classification
+from keras_datum.problems import detection
 
-PROBLEMS = {classification.NAME: classification}
+# Detection order matters: the distinctive layouts are tried first, and the
+# class-folder layout, which accepts any folder of subfolders, last.
+PROBLEMS = {
+    detection.NAME: detection,
+    classification.NAME: classification,
+}
 PROBLEM_NAMES = tuple(PROBLEMS)
 
 
@@ -42,7 +50,6 @@ def find_layout(root, problem=None, follow_links=False):
         if layout is not None:
             return layout
     raise ValueError(
-        f"Could not recognise the layout of {root!r}: expected one folder "
-        "per class, split folders (train/, val/, test/) holding class "
-        "folders, or Datum's CSV layout (<split>/ plus <split>.csv)."
+        f"Could not recognise a {problem or 'known'} layout in {root!r}. "
+        "See docs/layouts.md for the folder trees keras_datum reads."
     )

@@ -1,0 +1,513 @@
+"""Object detection: Pascal VOC, COCO and YOLO sources; KerasCV box dicts out.
+
+Source layouts, tried in this order:
+
+```
+Pascal VOC                     COCO                                YOLO
+root/                          root/                               root/
+  JPEGImages/  0001.jpg          annotations/                        data.yaml (names) or classes.txt
+  Annotations/ 0001.xml            instances_train.json              images/train/ 0001.jpg
+  ImageSets/Main/train.txt         instances_val.json                labels/train/ 0001.txt
+  (or ImageSets/train.txt)       train/ (or images/train/,           images/val/ ...
+  classes.names / labels.txt       or train2017/) ...                labels/val/ ...
+  (optional)
+```
+
+Boxes are stored relative to the stored (upright) image, as `rel_xyxy`, after
+clipping to the image (counted as `boxes_clipped`) and dropping boxes with no
+area (counted as `boxes_dropped`). Images without objects are kept. COCO
+`iscrowd` regions are not objects and are skipped.
+"""
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ElementTree
+
+import tensorflow as tf
+
+from keras_datum import images
+from keras_datum import sources
+from keras_datum.sources import ExampleRecord
+from keras_datum.sources import Layout
+
+NAME = "detection"
+SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+BOUNDING_BOX_FORMATS = (
+    "xyxy",
+    "rel_xyxy",
+    "xywh",
+    "rel_xywh",
+    "center_xywh",
+    "center_yxhw",
+    "yxyx",
+    "rel_yxyx",
+)
+CLASS_KEYS = ("classes", "labels")
+_CLASS_FILES = ("classes.names", "labels.txt", "classes.txt")
+
+
+def find_layout(root, follow_links=False):
+    for finder in (_find_voc, _find_coco, _find_yolo):
+        layout = finder(root, follow_links)
+        if layout is not None:
+            return layout
+    return None
+
+
+def _read_class_file(root):
+    for name in _CLASS_FILES:
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                names = [line.strip() for line in f if line.strip()]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{path!r} lists a class name twice.")
+            return names, path
+    return None, None
+
+
+def _class_index(class_names, name, where):
+    try:
+        return class_names.index(name)
+    except ValueError:
+        raise ValueError(
+            f"{where}: unknown class {name!r}; known classes: {class_names}"
+        ) from None
+
+
+def _detection_layout(name, splits, class_names, extra_files):
+    return Layout(
+        name=name,
+        problem=NAME,
+        splits=splits,
+        info={
+            "class_names": list(class_names),
+            "label_spec": {"type": "detection", "num_classes": len(class_names)},
+        },
+        extra_files=extra_files,
+    )
+
+
+def _record(root, image_path, boxes, classes, box_format):
+    """`boxes`: absolute `xyxy` pixels, or `rel_xywh` centre boxes for YOLO."""
+    return ExampleRecord(
+        path=image_path,
+        relpath=sources.relative_path(image_path, root),
+        annotation={"boxes": boxes, "classes": classes, "format": box_format},
+    )
+
+
+# --- Pascal VOC ---------------------------------------------------------------
+
+
+def parse_voc_xml(path):
+    """Returns (image file name or None, [(class name, xmin, ymin, xmax, ymax)]).
+
+    Raises:
+        ValueError: malformed XML or a box without numbers; names the file.
+    """
+    try:
+        tree = ElementTree.parse(path)
+    except ElementTree.ParseError as e:
+        raise ValueError(f"{path}: malformed XML ({e}).") from None
+    root = tree.getroot()
+    filename = root.findtext("filename")
+    objects = []
+    for index, obj in enumerate(root.iter("object")):
+        name = (obj.findtext("name") or "").strip()
+        box = obj.find("bndbox")
+        if not name or box is None:
+            raise ValueError(f"{path}: object {index} needs a <name> and a <bndbox>.")
+        try:
+            coords = [float(box.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{path}: object {index} ({name!r}) has a <bndbox> without "
+                "numeric xmin, ymin, xmax and ymax."
+            ) from None
+        objects.append((name, *coords))
+    return (filename.strip() if filename else None), objects
+
+
+def _voc_split_lists(root):
+    lists = {}
+    for folder in (os.path.join(root, "ImageSets", "Main"), os.path.join(root, "ImageSets")):
+        for file_split, split in SPLITS.items():
+            path = os.path.join(folder, file_split + ".txt")
+            if os.path.isfile(path) and split not in lists:
+                lists[split] = path
+        if lists:
+            return lists
+    return lists
+
+
+def _find_voc(root, follow_links):
+    image_dir = os.path.join(root, "JPEGImages")
+    annotation_dir = os.path.join(root, "Annotations")
+    if not (os.path.isdir(image_dir) and os.path.isdir(annotation_dir)):
+        return None
+    class_names, class_file = _read_class_file(root)
+    lists = _voc_split_lists(root)
+    extra = [class_file] if class_file else []
+    ids_by_split = {}
+    if lists:
+        for split, list_path in lists.items():
+            extra.append(list_path)
+            with open(list_path, encoding="utf-8") as f:
+                ids_by_split[split] = [
+                    (line.split()[0], f"{list_path}:{n}")
+                    for n, line in enumerate(f, start=1)
+                    if line.strip()
+                ]
+    else:
+        ids_by_split["train"] = [
+            (os.path.splitext(name)[0], annotation_dir)
+            for name in sorted(os.listdir(annotation_dir))
+            if name.endswith(".xml")
+        ]
+    parsed = {}
+    for split, ids in ids_by_split.items():
+        parsed[split] = []
+        for example_id, where in ids:
+            xml_path = sources.resolve_inside(annotation_dir, example_id + ".xml", where)
+            if not os.path.isfile(xml_path):
+                raise ValueError(f"{where}: no annotation file {xml_path!r}.")
+            extra.append(xml_path)
+            filename, objects = parse_voc_xml(xml_path)
+            image_name = filename or example_id + ".jpg"
+            image_path = sources.resolve_inside(image_dir, image_name, xml_path)
+            parsed[split].append((xml_path, image_path, objects))
+    if class_names is None:
+        class_names = sorted({o[0] for rows in parsed.values() for _, _, objs in rows for o in objs})
+    splits = {}
+    for split, rows in parsed.items():
+        splits[split] = [
+            _record(
+                root,
+                image_path,
+                [list(o[1:]) for o in objects],
+                [_class_index(class_names, o[0], xml_path) for o in objects],
+                "xyxy",
+            )
+            for xml_path, image_path, objects in rows
+        ]
+    if not any(splits.values()):
+        raise ValueError(f"The VOC folder {root!r} lists no annotations.")
+    return _detection_layout("voc", splits, class_names, extra)
+
+
+# --- COCO -------------------------------------------------------------------
+
+
+def parse_coco_json(path):
+    """Returns (images by id, annotations, categories) from a COCO json file.
+
+    Raises:
+        ValueError: malformed JSON or missing fields; names the file and item.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: malformed JSON ({e}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object with 'images'.")
+
+    def items(key, required):
+        value = data.get(key, [])
+        if not isinstance(value, list):
+            raise ValueError(f"{path}: '{key}' must be a list.")
+        for index, item in enumerate(value):
+            if not isinstance(item, dict) or any(k not in item for k in required):
+                raise ValueError(f"{path}: {key}[{index}] needs the fields {list(required)}.")
+        return value
+
+    image_items = items("images", ("id", "file_name"))
+    annotations = items("annotations", ("image_id", "category_id", "bbox"))
+    categories = items("categories", ("id", "name"))
+    for index, ann in enumerate(annotations):
+        bbox = ann["bbox"]
+        if (
+            not isinstance(bbox, list)
+            or len(bbox) != 4
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)
+        ):
+            raise ValueError(f"{path}: annotations[{index}].bbox must be 4 numbers [x, y, w, h].")
+    for index, image in enumerate(image_items):
+        if not isinstance(image["file_name"], str):
+            raise ValueError(f"{path}: images[{index}].file_name must be a string.")
+    return {i["id"]: i for i in image_items}, annotations, categories
+
+
+def _coco_split(name):
+    base = re.sub(r"\d+$", "", name)
+    return SPLITS.get(base)
+
+
+def _find_coco(root, follow_links):
+    annotation_dir = os.path.join(root, "annotations")
+    if not os.path.isdir(annotation_dir):
+        return None
+    files = {}
+    for name in sorted(os.listdir(annotation_dir)):
+        match = re.fullmatch(r"instances_(.+)\.json", name)
+        if match and _coco_split(match.group(1)):
+            files[match.group(1)] = os.path.join(annotation_dir, name)
+    if not files:
+        return None
+    parsed, categories = {}, {}
+    for split_name, path in files.items():
+        images_by_id, annotations, cats = parse_coco_json(path)
+        for cat in cats:
+            categories.setdefault(cat["id"], cat["name"])
+        parsed[split_name] = (path, images_by_id, annotations)
+    ids = sorted(categories)
+    class_names = [str(categories[i]) for i in ids]
+    index_of = {cat_id: index for index, cat_id in enumerate(ids)}
+    splits = {}
+    for split_name, (path, images_by_id, annotations) in parsed.items():
+        image_dir = next(
+            (
+                d
+                for d in (
+                    os.path.join(root, split_name),
+                    os.path.join(root, "images", split_name),
+                    os.path.join(root, _coco_split(split_name)),
+                    os.path.join(root, "images", _coco_split(split_name)),
+                )
+                if os.path.isdir(d)
+            ),
+            None,
+        )
+        if image_dir is None:
+            raise ValueError(f"{path}: no image folder {split_name!r} or images/{split_name!r}.")
+        objects = {image_id: [] for image_id in images_by_id}
+        for index, ann in enumerate(annotations):
+            if ann.get("iscrowd"):
+                continue
+            if ann["image_id"] not in objects:
+                raise ValueError(f"{path}: annotations[{index}] names unknown image_id {ann['image_id']!r}.")
+            if ann["category_id"] not in index_of:
+                raise ValueError(
+                    f"{path}: annotations[{index}] has unknown category_id {ann['category_id']!r}."
+                )
+            x, y, w, h = ann["bbox"]
+            objects[ann["image_id"]].append(([x, y, x + w, y + h], index_of[ann["category_id"]]))
+        records = []
+        for image_id in sorted(images_by_id, key=lambda i: str(images_by_id[i]["file_name"])):
+            image_path = sources.resolve_inside(image_dir, images_by_id[image_id]["file_name"], path)
+            boxes = [b for b, _ in objects[image_id]]
+            classes = [c for _, c in objects[image_id]]
+            records.append(_record(root, image_path, boxes, classes, "xyxy"))
+        split = _coco_split(split_name)
+        if split in splits:
+            raise ValueError(f"{root!r} has two COCO annotation files for split {split!r}.")
+        splits[split] = records
+    return _detection_layout("coco", splits, class_names, list(files.values()))
+
+
+# --- YOLO -------------------------------------------------------------------
+
+
+def _yolo_names_from_yaml(path):
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: malformed YAML ({e}).") from None
+    names = data.get("names") if isinstance(data, dict) else None
+    if isinstance(names, dict):
+        if sorted(names) != list(range(len(names))):
+            raise ValueError(f"{path}: 'names' must map 0..N-1 to class names.")
+        names = [names[i] for i in range(len(names))]
+    if not isinstance(names, list) or not names:
+        raise ValueError(f"{path}: needs a 'names' list of class names.")
+    return [str(n) for n in names]
+
+
+def parse_yolo_labels(path, num_classes):
+    """Returns ([[cx, cy, w, h] relative], [class]) from one YOLO label file.
+
+    Raises:
+        ValueError: a line that is not `class cx cy w h`; names file and line.
+    """
+    boxes, classes = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            try:
+                if len(parts) != 5:
+                    raise ValueError
+                cls = int(parts[0])
+                values = [float(v) for v in parts[1:]]
+            except ValueError:
+                raise ValueError(
+                    f"{path}:{number}: expected 'class cx cy w h', found {line.strip()!r}."
+                ) from None
+            if not 0 <= cls < num_classes:
+                raise ValueError(
+                    f"{path}:{number}: class {cls} is outside 0..{num_classes - 1}."
+                )
+            boxes.append(values)
+            classes.append(cls)
+    return boxes, classes
+
+
+def _find_yolo(root, follow_links):
+    images_root = os.path.join(root, "images")
+    labels_root = os.path.join(root, "labels")
+    if not (os.path.isdir(images_root) and os.path.isdir(labels_root)):
+        return None
+    yaml_path = os.path.join(root, "data.yaml")
+    if os.path.isfile(yaml_path):
+        class_names, class_file = _yolo_names_from_yaml(yaml_path), yaml_path
+    else:
+        class_names, class_file = _read_class_file(root)
+    if class_names is None:
+        raise ValueError(
+            f"The YOLO folder {root!r} needs class names in data.yaml or classes.txt."
+        )
+    extra = [class_file]
+    splits = {}
+    for folder in sources.visible_subdirs(images_root):
+        split = SPLITS.get(folder)
+        if split is None:
+            continue
+        label_dir = os.path.join(labels_root, folder)
+        records = []
+        for image_path in sources.iter_image_files(os.path.join(images_root, folder), follow_links):
+            rel = sources.relative_path(image_path, os.path.join(images_root, folder))
+            label_path = os.path.join(label_dir, os.path.splitext(rel)[0] + ".txt")
+            boxes, classes = [], []
+            if os.path.isfile(label_path):
+                extra.append(label_path)
+                boxes, classes = parse_yolo_labels(label_path, len(class_names))
+            records.append(_record(root, image_path, boxes, classes, "rel_center_xywh"))
+        splits[split] = records
+    if "train" not in splits or not splits["train"]:
+        raise ValueError(f"The YOLO folder {root!r} has no images in images/train/.")
+    return _detection_layout("yolo", splits, class_names, extra)
+
+
+# --- Export -----------------------------------------------------------------
+
+
+def features(info):
+    return {
+        **images.IMAGE_FEATURES,
+        "objects/boxes": {"dtype": "float32", "shape": None},
+        "objects/classes": {"dtype": "int64", "shape": None},
+    }
+
+
+def _to_rel_xyxy(box, box_format, height, width):
+    if box_format == "rel_center_xywh":
+        cx, cy, w, h = box
+        return [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
+    x1, y1, x2, y2 = box
+    return [x1 / width, y1 / height, x2 / width, y2 / height]
+
+
+def encode(record):
+    """Validates the image; clips boxes to it and drops empty ones (counted)."""
+    features_out, stats = images.encode_features(record.path)
+    height, width = stats["height"], stats["width"]
+    annotation = record.annotation
+    boxes, classes = [], []
+    clipped = dropped = 0
+    for box, cls in zip(annotation["boxes"], annotation["classes"]):
+        rel = _to_rel_xyxy(box, annotation["format"], height, width)
+        inside = [min(max(v, 0.0), 1.0) for v in rel]
+        if inside[2] <= inside[0] or inside[3] <= inside[1]:
+            dropped += 1
+            continue
+        if inside != rel:
+            clipped += 1
+        boxes.extend(inside)
+        classes.append(cls)
+    features_out["objects/boxes"] = boxes
+    features_out["objects/classes"] = classes
+    stats.update(objects=classes, boxes_clipped=clipped, boxes_dropped=dropped)
+    return features_out, stats
+
+
+# --- Reading ----------------------------------------------------------------
+
+
+def check_read_options(info, options):
+    if options["label_mode"] in ("categorical", "binary"):
+        raise ValueError(
+            f"`label_mode={options['label_mode']!r}` is for classification; a "
+            "detection dataset yields box dicts. Leave label_mode='int'."
+        )
+    if options["crop_to_aspect_ratio"]:
+        raise ValueError(
+            "`crop_to_aspect_ratio=True` would cut boxes off; detection "
+            "datasets resize with `pad_to_aspect_ratio` instead."
+        )
+
+
+def decode(parsed, info, options):
+    """Image resized to `image_size` and its boxes, moved with the pixels."""
+    image = images.decode(parsed, options)
+    boxes = tf.reshape(parsed["objects/boxes"], [-1, 4])
+    if options["pad_to_aspect_ratio"]:
+        shape = tf.shape(image)
+        target_height, target_width = options["image_size"]
+        scaled_h, scaled_w, top, left = images.pad_geometry(
+            shape[0], shape[1], options["image_size"]
+        )
+        scale = tf.stack([scaled_w / target_width, scaled_h / target_height] * 2)
+        offset = tf.stack([left / target_width, top / target_height] * 2)
+        boxes = boxes * scale + offset
+    resized = images.resize(image, options)
+    from keras_cv import bounding_box
+
+    boxes = bounding_box.convert_format(
+        boxes,
+        source="rel_xyxy",
+        target=options["bounding_box_format"],
+        image_shape=(*options["image_size"], 3),
+    )
+    classes = tf.cast(parsed["objects/classes"], tf.float32)
+    key = options["bounding_box_class_key"]
+    return {"images": resized, "bounding_boxes": {"boxes": boxes, key: classes}}
+
+
+def _pad(values, max_boxes, shape):
+    values = values[:max_boxes]
+    padding = [[0, max_boxes - tf.shape(values)[0]]] + [[0, 0]] * (len(shape) - 1)
+    return tf.ensure_shape(tf.pad(values, padding, constant_values=-1.0), shape)
+
+
+def batch(dataset, batch_size, options):
+    """Pads to `max_boxes` (after per-example augmentation, which may change
+    the box count), then batches: dense with `max_boxes`, else ragged."""
+    max_boxes = options["max_boxes"]
+    if max_boxes:
+        key = options["bounding_box_class_key"]
+
+        def pad(inputs):
+            boxes = inputs["bounding_boxes"]
+            padded = {
+                "boxes": _pad(boxes["boxes"], max_boxes, [max_boxes, 4]),
+                key: _pad(boxes[key], max_boxes, [max_boxes]),
+            }
+            return dict(inputs, bounding_boxes=padded)
+
+        dataset = dataset.map(pad, num_parallel_calls=tf.data.AUTOTUNE)
+        if batch_size is None:
+            return dataset
+        return dataset.batch(batch_size, num_parallel_calls=tf.data.AUTOTUNE)
+    if batch_size is None:
+        return dataset
+    return dataset.ragged_batch(batch_size)
+
+
+def to_keras(inputs):
+    return inputs["images"], inputs["bounding_boxes"]

@@ -1,0 +1,221 @@
+"""Detection: VOC, COCO and YOLO round trips, box formats, box-aware augmentation."""
+
+import os
+
+import keras
+import keras_cv
+import numpy as np
+import pytest
+import tensorflow as tf
+from detection_data import CLASS_NAMES, HEIGHT, WIDTH, draw_items, write_coco, write_voc, write_yolo
+
+from keras_datum import DatumDataset
+
+
+def _sources(tmp_path, kind, items):
+    if kind == "voc":
+        return write_voc(tmp_path / "voc", items)
+    if kind == "coco":
+        return write_coco(tmp_path / "coco", {"train": items})
+    return write_yolo(tmp_path / "yolo", {"train": items})
+
+
+def _as_xyxy(boxes, fmt, image_size):
+    return keras_cv.bounding_box.convert_format(
+        np.asarray(boxes, np.float32).reshape(-1, 4), source=fmt, target="xyxy",
+        image_shape=(*image_size, 3),
+    ).numpy()
+
+
+def _examples(dataset):
+    out = []
+    for x, y in dataset:
+        out.append((x.numpy(), y["boxes"].numpy(), y["classes"].numpy()))
+    return out
+
+
+def _match_sources(examples, items, fmt, image_size, tolerance):
+    """Each example's boxes and classes equal exactly one source item's."""
+    remaining = {stem: (np.array(b, np.float32).reshape(-1, 4), c) for stem, b, c, _ in items}
+    for _, boxes, classes in examples:
+        got = _as_xyxy(boxes, fmt, image_size)
+        found = None
+        for stem, (want, want_classes) in remaining.items():
+            if len(want) == len(got) and list(classes) == want_classes and np.allclose(got, want, atol=tolerance):
+                found = stem
+                break
+        assert found is not None, (got, classes)
+        del remaining[found]
+    assert not remaining
+
+
+@pytest.mark.parametrize("kind", ["voc", "coco", "yolo"])
+@pytest.mark.parametrize("fmt", ["xyxy", "rel_xyxy", "xywh", "center_xywh", "yxyx", "rel_yxyx"])
+def test_round_trip_boxes_in_every_format(tmp_path, kind, fmt):
+    items = draw_items(6)
+    root = _sources(tmp_path, kind, items)
+    ds = DatumDataset(
+        root, image_size=(HEIGHT, WIDTH), bounding_box_format=fmt,
+        validation_split=None, batch_size=None, shuffle=False, verbose=False,
+    )
+    assert ds.info["problem"] == "detection"
+    assert ds.info["layout"] == kind
+    assert ds.class_names == CLASS_NAMES
+    counts = [0, 0]
+    for _, _, classes, _ in items:
+        for c in classes:
+            counts[c] += 1
+    assert ds.info["splits"]["train"]["objects"] == counts
+    _match_sources(_examples(ds.train()), items, fmt, (HEIGHT, WIDTH), 1e-3 * WIDTH)
+
+
+def test_pad_to_aspect_ratio_moves_boxes_with_the_pixels(tmp_path):
+    items = draw_items(6)
+    root = write_voc(tmp_path / "voc", items)
+    # 40x60 into 90x90: scaled 1.5x to 60x90, 15 rows of padding on top.
+    ds = DatumDataset(root, image_size=(90, 90), validation_split=None, batch_size=None,
+                      shuffle=False, verbose=False)
+    scaled = [(stem, [[b[0] * 1.5, b[1] * 1.5 + 15, b[2] * 1.5, b[3] * 1.5 + 15] for b in boxes], classes, None)
+              for stem, boxes, classes, _ in items]
+    examples = _examples(ds.train())
+    _match_sources(examples, scaled, "xyxy", (90, 90), 0.01)
+    for x, boxes, _ in examples:
+        assert x[:14].max() == 0 and x[-14:].max() == 0  # The padding bands.
+        for x1, y1, x2, y2 in boxes:
+            inside = x[int(y1) + 2 : int(y2) - 2, int(x1) + 2 : int(x2) - 2]
+            assert inside.size == 0 or inside.min() > 200
+
+
+def test_dense_padding_and_ragged_batches(tmp_path):
+    root = write_voc(tmp_path / "voc", draw_items(6))
+    dense = DatumDataset(root, image_size=(40, 60), max_boxes=3, batch_size=3, validation_split=None, verbose=False)
+    x, y = next(iter(dense.train()))
+    assert y["boxes"].shape == (3, 3, 4) and y["classes"].shape == (3, 3)
+    assert set(np.unique(y["classes"].numpy())) <= {-1.0, 0.0, 1.0}
+    assert (y["classes"].numpy() == -1).any()
+    ragged = DatumDataset(root, image_size=(40, 60), batch_size=3, validation_split=None, verbose=False)
+    _, y = next(iter(ragged.train()))
+    assert isinstance(y["boxes"], tf.RaggedTensor)
+    keras_key = DatumDataset(root, image_size=(40, 60), batch_size=3, bounding_box_class_key="labels",
+                             validation_split=None, verbose=False)
+    _, y = next(iter(keras_key.train()))
+    assert set(y) == {"boxes", "labels"}
+
+
+def _one_object(tmp_path):
+    pixels = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    pixels[10:30, 5:20] = 255
+    items = [("only", [[5, 10, 20, 30]], [0], pixels)] * 1
+    return write_voc(tmp_path / "voc", items)
+
+
+@pytest.mark.parametrize("make_flip, key", [
+    (lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy"), "classes"),
+    (lambda: keras.layers.RandomFlip("horizontal", bounding_box_format="xyxy"), "labels"),
+])
+def test_flipped_box_still_covers_the_object(tmp_path, make_flip, key):
+    root = _one_object(tmp_path)
+    ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), validation_split=None, batch_size=None,
+                      bounding_box_class_key=key, verbose=False)
+    seen_flipped = False
+    for seed in range(6):
+        x, y = next(iter(ds.train(augment=make_flip(), seed=seed)))
+        x, (x1, y1, x2, y2) = x.numpy(), np.round(y["boxes"].numpy()[0]).astype(int)
+        assert x[y1:y2, x1:x2].min() > 200, "box must cover the object"
+        assert x.sum() == x[y1:y2, x1:x2].sum(), "nothing outside the box"
+        seen_flipped |= x1 > 30
+    assert seen_flipped
+
+
+def test_clipped_and_degenerate_boxes_are_counted(tmp_path):
+    pixels = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    items = [("a", [[-5, 2, 10, 12], [20, 5, 20, 9], [30, 30, 70, 50], [1, 1, 8, 8]], [0, 1, 1, 0], pixels)]
+    root = write_voc(tmp_path / "voc", items)
+    ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), validation_split=None, batch_size=None, verbose=False)
+    split = ds.info["splits"]["train"]
+    assert split["boxes_clipped"] == 2 and split["boxes_dropped"] == 1
+    _, y = next(iter(ds.train()))
+    np.testing.assert_allclose(y["boxes"].numpy(), [[0, 2, 10, 12], [30, 30, 60, 40], [1, 1, 8, 8]], atol=1e-3)
+
+
+def test_voc_split_lists_and_missing_image_is_reported(tmp_path):
+    items = draw_items(6)
+    root = write_voc(tmp_path / "voc", items, split_lists={"train": [i[0] for i in items[:4]], "val": [i[0] for i in items[4:]]})
+    os.remove(os.path.join(root, "JPEGImages", "img001.png"))
+    ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), verbose=False)
+    with pytest.warns(UserWarning, match="1 invalid files"):
+        ds.export()
+    assert ds.num_examples == {"train": 3, "val": 2}
+    assert ds.invalid_files[0]["file"] == "JPEGImages/img001.png"
+    assert "cannot read file" in ds.invalid_files[0]["reason"]
+
+
+def test_class_names_from_the_xml_when_no_class_file(tmp_path):
+    root = write_voc(tmp_path / "voc", draw_items(6), class_file=False)
+    assert DatumDataset(root, verbose=False).class_names == ["cat", "dog"]
+
+
+def test_yolo_with_classes_txt_and_val_split(tmp_path):
+    items = draw_items(6)
+    root = write_yolo(tmp_path / "yolo", {"train": items[:4], "val": items[4:]}, names_file="classes.txt")
+    ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), verbose=False)
+    assert ds.num_examples == {"train": 4, "val": 2}
+
+
+@pytest.mark.parametrize(
+    "kind, corrupt, match",
+    [
+        ("voc", lambda r: open(os.path.join(r, "Annotations", "img000.xml"), "w").write("<annotation><object>"),
+         r"img000.xml: malformed XML"),
+        ("voc", lambda r: open(os.path.join(r, "Annotations", "img001.xml"), "w").write(
+            "<annotation><object><name>cat</name><bndbox><xmin>a</xmin></bndbox></object></annotation>"),
+         r"img001.xml: object 0 \('cat'\) has a <bndbox> without numeric"),
+        ("voc", lambda r: open(os.path.join(r, "Annotations", "img001.xml"), "w").write(
+            "<annotation><object><name>zebra</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>3</xmax><ymax>3</ymax></bndbox></object></annotation>"),
+         r"img001.xml: unknown class 'zebra'"),
+        ("voc", lambda r: open(os.path.join(r, "Annotations", "img001.xml"), "w").write(
+            "<annotation><filename>../../etc/passwd</filename></annotation>"),
+         r"outside the dataset root"),
+        ("coco", lambda r: open(os.path.join(r, "annotations", "instances_train.json"), "w").write("{"),
+         r"instances_train.json: malformed JSON"),
+        ("coco", lambda r: open(os.path.join(r, "annotations", "instances_train.json"), "w").write(
+            '{"images": [{"id": 1}]}'), r"instances_train.json: images\[0\] needs the fields"),
+        ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "w").write("0 0.5 0.5\n"),
+         r"img001.txt:1: expected 'class cx cy w h'"),
+        ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "w").write("0 .5 .5 .1 .1\n9 .5 .5 .1 .1\n"),
+         r"img001.txt:2: class 9 is outside 0..1"),
+    ],
+)
+def test_malformed_annotations_name_the_file(tmp_path, kind, corrupt, match):
+    root = _sources(tmp_path, kind, draw_items(4))
+    corrupt(root)
+    with pytest.raises(ValueError, match=match):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_crop_to_aspect_ratio_is_refused(tmp_path):
+    root = write_voc(tmp_path / "voc", draw_items(3))
+    with pytest.raises(ValueError, match="`crop_to_aspect_ratio=True` would cut boxes off"):
+        DatumDataset(root, crop_to_aspect_ratio=True, verbose=False).export()
+
+
+def test_bad_box_format():
+    with pytest.raises(ValueError, match="Received: bounding_box_format='xyzw'"):
+        DatumDataset("/nonexistent", bounding_box_format="xyzw")
+
+
+@pytest.mark.slow
+def test_keras_cv_yolov8_detector_fits(tmp_path):
+    root = write_voc(tmp_path / "voc", draw_items(8))
+    ds = DatumDataset(root, image_size=(64, 64), max_boxes=4, batch_size=4, validation_split=None, verbose=False)
+    backbone = keras_cv.models.YOLOV8Backbone(
+        stackwise_channels=[8, 16, 32, 64], stackwise_depth=[1, 1, 1, 1],
+        include_rescaling=True, input_shape=(64, 64, 3),
+    )
+    model = keras_cv.models.YOLOV8Detector(
+        num_classes=2, bounding_box_format="xyxy", backbone=backbone, fpn_depth=1
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), classification_loss="binary_crossentropy", box_loss="ciou")
+    augment = keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy")
+    history = model.fit(ds.train(augment=augment), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
