@@ -85,7 +85,7 @@ def _name(step):
 
 
 def _structure(inputs):
-    return {k: (v.dtype.name, v.shape.rank) for k, v in inputs.items()}
+    return tf.nest.map_structure(lambda v: (v.dtype.name, v.shape.rank), inputs)
 
 
 def _apply(step, inputs, argument):
@@ -96,15 +96,13 @@ def _apply(step, inputs, argument):
             f"The {argument} step {_name(step)} failed on the element "
             f"{_structure(inputs)}: {type(e).__name__}: {e}"
         ) from e
-    if not isinstance(outputs, dict) or "images" not in outputs or (
-        set(outputs) != set(inputs)
-    ):
+    if not isinstance(outputs, dict) or set(outputs) != set(inputs):
         shown = _structure(outputs) if isinstance(outputs, dict) else type(outputs).__name__
         raise ValueError(
             f"The {argument} step {_name(step)} must return the element dict "
             f"with keys {sorted(inputs)}; it returned {shown}."
         )
-    if outputs["images"].shape.rank != inputs["images"].shape.rank:
+    if "images" in inputs and outputs["images"].shape.rank != inputs["images"].shape.rank:
         raise ValueError(
             f"The {argument} step {_name(step)} changed the rank of 'images' "
             f"from {inputs['images'].shape.rank} to {outputs['images'].shape.rank}."

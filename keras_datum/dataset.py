@@ -120,7 +120,8 @@ class DatumDataset:
         cache_dir: where the export lives. Defaults to
             `$KERAS_HOME/datum/<folder>-<hash of its absolute path>`
             (`~/.keras` when `KERAS_HOME` is unset).
-        problem: `"classification"`, or `None` to detect it. Defaults to `None`.
+        problem: `"classification"`, `"detection"`, `"segmentation"`,
+            `"text"`, or `None` to detect it from the layout. Defaults to `None`.
         on_invalid: `"skip"` leaves unreadable images out and reports them in
             `invalid_files.json` in the cache; `"raise"` stops the export at
             the first one. Defaults to `"skip"`.
@@ -136,6 +137,9 @@ class DatumDataset:
             Defaults to `None`.
         bounding_box_class_key: detection only: `"classes"` (KerasCV) or
             `"labels"` (Keras core box-aware layers). Defaults to `"classes"`.
+        bucket_boundaries: text only: batch texts of similar length together
+            (datum's `bucket_by_sequence_length`); lengths are counted in
+            whitespace-separated words. Defaults to `None` (plain batches).
         strategy: `"auto"` (MirroredStrategy over all GPUs when there are
             several, else the default strategy) or a `tf.distribute.Strategy`.
             `batch_size` is per replica. Defaults to `"auto"`.
@@ -183,6 +187,7 @@ class DatumDataset:
         bounding_box_format="xyxy",
         max_boxes=None,
         bounding_box_class_key="classes",
+        bucket_boundaries=None,
         strategy="auto",
         mixed_precision="auto",
         verbose=True,
@@ -217,6 +222,16 @@ class DatumDataset:
         _choice("bounding_box_format", bounding_box_format, detection.BOUNDING_BOX_FORMATS)
         _check_positive_or_none("max_boxes", max_boxes)
         _choice("bounding_box_class_key", bounding_box_class_key, detection.CLASS_KEYS)
+        if bucket_boundaries is not None and (
+            not isinstance(bucket_boundaries, (list, tuple))
+            or not bucket_boundaries
+            or not all(_is_int(b) and b > 0 for b in bucket_boundaries)
+            or list(bucket_boundaries) != sorted(set(bucket_boundaries))
+        ):
+            raise ValueError(
+                "`bucket_boundaries` must be an increasing list of positive "
+                f"integers or None. Received: bucket_boundaries={bucket_boundaries!r}"
+            )
         _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
         _choice("on_invalid", on_invalid, ON_INVALID)
         _choice("reexport", reexport, REEXPORT_MODES)
@@ -242,6 +257,7 @@ class DatumDataset:
             "bounding_box_format": bounding_box_format,
             "max_boxes": max_boxes,
             "bounding_box_class_key": bounding_box_class_key,
+            "bucket_boundaries": list(bucket_boundaries or []),
         }
         self._export_options = {
             "validation_split": float(validation_split or 0.0),
@@ -407,6 +423,11 @@ class DatumDataset:
         augmentations = augment_lib.resolve(
             augment, batch_augment, pre_batching_callback, post_batching_callback
         )
+        problem = problems.get(meta["problem"])
+        if hasattr(problem, "check_augmentation"):
+            for augmentation in augmentations:
+                if augmentation is not None:
+                    problem.check_augmentation(augmentation)
         # A label-mixing layer switches the whole dataset (val too) to one-hot.
         self._read_options["label_mode"] = augment_lib.label_mode_for(
             augmentations, self._read_options["label_mode"], meta["label_spec"]

@@ -47,7 +47,7 @@ def visible_subdirs(directory):
 
 
 def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
-    """Yields image file paths below `directory` in Keras's order.
+    """Yields the paths of files ending in `formats` below `directory`, in Keras's order.
 
     Keras sorts the walk by folder, then the files in each folder. Hidden
     folders below a class folder (`.ipynb_checkpoints`) are skipped, and so

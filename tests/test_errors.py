@@ -72,7 +72,7 @@ def test_folder_without_class_folders(tmp_path):
 def test_class_folders_without_images(tmp_path):
     for name in ("a", "b"):
         (tmp_path / "src" / name).mkdir(parents=True)
-        (tmp_path / "src" / name / "readme.txt").write_text("x")
+        (tmp_path / "src" / name / "notes.md").write_text("x")
     with pytest.raises(ValueError, match=r"No images found in .*src'. Expected files ending in one of .bmp"):
         DatumDataset(str(tmp_path / "src"), verbose=False).export()
 

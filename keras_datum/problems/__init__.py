@@ -16,6 +16,8 @@ A problem module provides:
 - `decode(parsed, info, options)`: the KerasCV-style dict
   (`{"images": ..., "labels": ...}`) built from one parsed example.
 - `to_keras(inputs)`: the `(x, y)` (or `x`) handed to Keras.
+- optionally `check_augmentation(augmentation)`: raises `ValueError` for a
+  step that cannot handle this problem's data (a layer that ignores masks).
 - optionally `batch(dataset, batch_size, options)` (`batch_size` may be None),
   when plain `batch` does not fit its elements (ragged or padded boxes).
 
@@ -24,11 +26,15 @@ The shared machinery (export, cache, pipeline) calls only these.
 
 from keras_datum.problems import classification
 from keras_datum.problems import detection
+from keras_datum.problems import segmentation
+from keras_datum.problems import text
 
 # Detection order matters: the distinctive layouts are tried first, and the
 # class-folder layout, which accepts any folder of subfolders, last.
 PROBLEMS = {
     detection.NAME: detection,
+    segmentation.NAME: segmentation,
+    text.NAME: text,
     classification.NAME: classification,
 }
 PROBLEM_NAMES = tuple(PROBLEMS)

@@ -49,17 +49,56 @@ def find_layout(root, follow_links=False):
     layout = _find_csv_layout(root, follow_links)
     if layout is not None:
         return layout
+    return find_folder_layout(root, follow_links)
+
+
+def find_folder_layout(
+    root, follow_links, formats=sources.IMAGE_FORMATS, problem=NAME, what="images"
+):
+    """Split folders of class folders, or class folders (shared with text)."""
     subdirs = sources.visible_subdirs(root)
     if subdirs and "train" in subdirs and set(subdirs) <= set(SPLIT_FOLDERS):
-        return _find_split_folders(root, subdirs, follow_links)
-    return _find_class_folders(root, subdirs, follow_links)
+        if "val" in subdirs and "validation" in subdirs:
+            raise ValueError(
+                f"{root!r} has both 'val/' and 'validation/' folders; keep one."
+            )
+        name, class_root = "split_folders", os.path.join(root, "train")
+        folders = {SPLIT_FOLDERS[f]: os.path.join(root, f) for f in subdirs}
+    else:
+        if not os.listdir(root):
+            raise ValueError(f"The source folder {root!r} is empty.")
+        name, class_root, folders = "class_folders", root, {"train": root}
+    class_names = sources.visible_subdirs(class_root)
+    if not class_names:
+        raise ValueError(
+            f"No class folders found in {class_root!r}: put the {what} of "
+            "each class in a subfolder named after the class."
+        )
+    splits = {}
+    for split, folder in folders.items():
+        extra = sorted(set(sources.visible_subdirs(folder)) - set(class_names))
+        if extra:
+            raise ValueError(
+                f"{folder!r} has class folders that 'train/' lacks: {extra}."
+            )
+        splits[split] = _class_folder_records(
+            folder, class_names, root, follow_links, formats
+        )
+    if not splits["train"]:
+        raise ValueError(
+            f"No {what} found in {class_root!r}. Expected files ending in one "
+            f"of {', '.join(formats)} inside one folder per class."
+        )
+    return Layout(
+        name=name, problem=problem, splits=splits, info=class_info(class_names)
+    )
 
 
-def _class_folder_records(directory, class_names, root, follow_links):
+def _class_folder_records(directory, class_names, root, follow_links, formats):
     records = []
     for index, name in enumerate(class_names):
         class_dir = os.path.join(directory, name)
-        for path in sources.iter_image_files(class_dir, follow_links):
+        for path in sources.iter_image_files(class_dir, follow_links, formats):
             records.append(
                 ExampleRecord(
                     path=path,
@@ -71,68 +110,11 @@ def _class_folder_records(directory, class_names, root, follow_links):
     return records
 
 
-def _class_info(class_names):
+def class_info(class_names):
     return {
         "class_names": list(class_names),
         "label_spec": {"type": "class", "num_classes": len(class_names)},
     }
-
-
-def _no_images_error(directory):
-    return ValueError(
-        f"No images found in {directory!r}. Expected files ending in one of "
-        f"{', '.join(sources.IMAGE_FORMATS)} inside one folder per class."
-    )
-
-
-def _find_class_folders(root, class_names, follow_links):
-    if not os.listdir(root):
-        raise ValueError(f"The source folder {root!r} is empty.")
-    if not class_names:
-        raise ValueError(
-            f"No class folders found in {root!r}: put the images of each "
-            "class in a subfolder named after the class."
-        )
-    records = _class_folder_records(root, class_names, root, follow_links)
-    if not records:
-        raise _no_images_error(root)
-    return Layout(
-        name="class_folders",
-        problem=NAME,
-        splits={"train": records},
-        info=_class_info(class_names),
-    )
-
-
-def _find_split_folders(root, subdirs, follow_links):
-    if "val" in subdirs and "validation" in subdirs:
-        raise ValueError(
-            f"{root!r} has both 'val/' and 'validation/' folders; keep one."
-        )
-    class_names = sources.visible_subdirs(os.path.join(root, "train"))
-    if not class_names:
-        raise ValueError(
-            f"No class folders found in {os.path.join(root, 'train')!r}."
-        )
-    splits = {}
-    for folder in subdirs:
-        split_dir = os.path.join(root, folder)
-        extra = sorted(set(sources.visible_subdirs(split_dir)) - set(class_names))
-        if extra:
-            raise ValueError(
-                f"{split_dir!r} has class folders that 'train/' lacks: {extra}."
-            )
-        splits[SPLIT_FOLDERS[folder]] = _class_folder_records(
-            split_dir, class_names, root, follow_links
-        )
-    if not splits["train"]:
-        raise _no_images_error(os.path.join(root, "train"))
-    return Layout(
-        name="split_folders",
-        problem=NAME,
-        splits=splits,
-        info=_class_info(class_names),
-    )
 
 
 # --- Datum's CSV layout -----------------------------------------------------

@@ -1,0 +1,270 @@
+"""Semantic segmentation: VOC `SegmentationClass/` and `images/` + `masks/` folders.
+
+```
+Pascal VOC                             images + masks
+root/                                  root/
+  JPEGImages/        0001.jpg            images/  0001.jpg  (or images/train/ ...)
+  SegmentationClass/ 0001.png            masks/   0001.png  (or masks/train/ ...)
+  ImageSets/Segmentation/train.txt       classes.txt / labels.txt (optional)
+  (optional; also ImageSets/train.txt)
+```
+
+Masks are single-channel PNGs of class indices: VOC's palette PNGs are read as
+their palette indices (not colours). 255 is the ignore label (VOC's object
+borders); it is kept as is, and the padding added by `pad_to_aspect_ratio` is
+255 too. Pass `ignore_class=255` to `keras.losses.SparseCategoricalCrossentropy`.
+Masks are resized with nearest neighbour; `y` is int32 `(height, width, 1)`.
+"""
+
+import io
+import os
+
+import numpy as np
+import tensorflow as tf
+from PIL import Image
+
+from keras_datum import encode as encode_lib
+from keras_datum import images
+from keras_datum import sources
+from keras_datum.sources import ExampleRecord
+from keras_datum.sources import Layout
+
+NAME = "segmentation"
+IGNORE_LABEL = 255
+VOC_CLASS_NAMES = [
+    "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car",
+    "cat", "chair", "cow", "diningtable", "dog", "horse", "motorbike", "person",
+    "pottedplant", "sheep", "sofa", "train", "tvmonitor",
+]
+_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+_MASK_FORMATS = (".png",)
+
+
+def find_layout(root, follow_links=False):
+    if os.path.isdir(os.path.join(root, "SegmentationClass")) and os.path.isdir(
+        os.path.join(root, "JPEGImages")
+    ):
+        return _find_voc(root)
+    if os.path.isdir(os.path.join(root, "images")) and os.path.isdir(
+        os.path.join(root, "masks")
+    ):
+        return _find_pairs(root, follow_links)
+    return None
+
+
+def _class_names(root, default):
+    for name in ("classes.txt", "labels.txt", "classes.names"):
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return [line.strip() for line in f if line.strip()], [path]
+    return default, []
+
+
+def _layout(name, splits, class_names, extra):
+    return Layout(
+        name=name,
+        problem=NAME,
+        splits=splits,
+        info={
+            "class_names": class_names,
+            "label_spec": {
+                "type": "segmentation",
+                "num_classes": len(class_names),
+                "ignore_label": IGNORE_LABEL,
+            },
+        },
+        extra_files=extra,
+    )
+
+
+def _record(root, image_path, mask_path):
+    return ExampleRecord(
+        path=image_path,
+        relpath=sources.relative_path(image_path, root),
+        annotation={"mask": mask_path},
+    )
+
+
+def _find_voc(root):
+    image_dir = os.path.join(root, "JPEGImages")
+    mask_dir = os.path.join(root, "SegmentationClass")
+    class_names, extra = _class_names(root, VOC_CLASS_NAMES)
+    images_by_stem = {
+        os.path.splitext(n)[0]: os.path.join(image_dir, n)
+        for n in sorted(os.listdir(image_dir))
+        if n.lower().endswith(sources.IMAGE_FORMATS)
+    }
+    lists = {}
+    for folder in (os.path.join(root, "ImageSets", "Segmentation"), os.path.join(root, "ImageSets")):
+        for file_split, split in _SPLITS.items():
+            path = os.path.join(folder, file_split + ".txt")
+            if os.path.isfile(path) and split not in lists:
+                lists[split] = path
+        if lists:
+            break
+    if lists:
+        ids = {}
+        for split, path in lists.items():
+            extra.append(path)
+            with open(path, encoding="utf-8") as f:
+                ids[split] = [line.split()[0] for line in f if line.strip()]
+    else:
+        ids = {
+            "train": [
+                os.path.splitext(n)[0]
+                for n in sorted(os.listdir(mask_dir))
+                if n.lower().endswith(_MASK_FORMATS)
+            ]
+        }
+    splits = {}
+    for split, stems in ids.items():
+        splits[split] = []
+        for stem in stems:
+            mask = sources.resolve_inside(mask_dir, stem + ".png", lists.get(split, mask_dir))
+            image = images_by_stem.get(stem) or sources.resolve_inside(
+                image_dir, stem + ".jpg", mask
+            )
+            splits[split].append(_record(root, image, mask))
+    if not splits.get("train"):
+        raise ValueError(f"The VOC segmentation folder {root!r} lists no masks.")
+    return _layout("voc_segmentation", splits, class_names, extra)
+
+
+def _find_pairs(root, follow_links):
+    image_root, mask_root = os.path.join(root, "images"), os.path.join(root, "masks")
+    subdirs = sources.visible_subdirs(image_root)
+    if subdirs and set(subdirs) <= set(_SPLITS):
+        folders = {_SPLITS[s]: s for s in subdirs}
+    else:
+        folders = {"train": ""}
+    class_names, extra = _class_names(root, [])
+    splits = {}
+    for split, folder in folders.items():
+        image_dir = os.path.join(image_root, folder)
+        mask_dir = os.path.join(mask_root, folder)
+        masks = {
+            os.path.splitext(sources.relative_path(p, mask_dir))[0]: p
+            for p in sources.iter_image_files(mask_dir, follow_links, _MASK_FORMATS)
+        }
+        records = []
+        for image in sources.iter_image_files(image_dir, follow_links):
+            stem = os.path.splitext(sources.relative_path(image, image_dir))[0]
+            # A missing mask is an invalid example, reported at export.
+            mask = masks.get(stem, os.path.join(mask_dir, stem + ".png"))
+            records.append(_record(root, image, mask))
+        splits[split] = records
+    if not splits.get("train"):
+        raise ValueError(f"No images found in {os.path.join(image_root, folders.get('train', ''))!r}.")
+    return _layout("image_mask_pairs", splits, class_names, extra)
+
+
+# --- Export -------------------------------------------------------------------
+
+
+def features(info):
+    return {**images.IMAGE_FEATURES, "mask": {"dtype": "string", "shape": []}}
+
+
+def _read_mask(path):
+    try:
+        mask = Image.open(path)
+        mask.load()
+    except FileNotFoundError:
+        raise encode_lib.InvalidExampleError(f"mask file not found: {path}") from None
+    except Exception as e:
+        raise encode_lib.InvalidExampleError(f"mask {path} is not a readable image ({e})") from None
+    if mask.mode not in ("P", "L", "I", "I;16", "1"):
+        raise encode_lib.InvalidExampleError(
+            f"mask {path} is a {mask.mode} image; masks must be palette or "
+            "grayscale PNGs of class indices"
+        )
+    values = np.asarray(mask)
+    if values.max(initial=0) > 255 or values.min(initial=0) < 0:
+        raise encode_lib.InvalidExampleError(f"mask {path} has values outside 0..255")
+    return values.astype(np.uint8)
+
+
+def encode(record):
+    """Validates the image and its mask (same size, class indices); stores both."""
+    features_out, stats = images.encode_features(record.path)
+    values = _read_mask(record.annotation["mask"])
+    if values.shape != (stats["height"], stats["width"]):
+        raise encode_lib.InvalidExampleError(
+            f"mask {record.annotation['mask']} is {values.shape[1]}x{values.shape[0]}, "
+            f"the image is {stats['width']}x{stats['height']}"
+        )
+    buffer = io.BytesIO()
+    Image.fromarray(values, mode="L").save(buffer, format="PNG")
+    features_out["mask"] = buffer.getvalue()
+    stats["mask_values"] = set(np.unique(values).tolist())
+    return features_out, stats
+
+
+# --- Reading ----------------------------------------------------------------
+
+
+def check_read_options(info, options):
+    if options["label_mode"] in ("categorical", "binary"):
+        raise ValueError(
+            f"`label_mode={options['label_mode']!r}` is for classification; a "
+            "segmentation dataset yields masks of class indices."
+        )
+
+
+def resize_mask(mask, options):
+    """Nearest-neighbour resize; padding gets the ignore label, not class 0."""
+    shifted = tf.cast(mask, tf.int32) + 1  # Padding (0) becomes -1 below.
+    resized = images.resize(shifted, options, method="nearest")
+    resized = tf.cast(resized, tf.int32) - 1
+    return tf.where(resized < 0, IGNORE_LABEL, resized)
+
+
+def decode(parsed, info, options):
+    mask = tf.io.decode_png(parsed["mask"], channels=1)
+    return {
+        "images": images.decode_and_resize(parsed, options),
+        "segmentation_masks": tf.cast(resize_mask(mask, options), tf.float32),
+    }
+
+
+def check_augmentation(augmentation):
+    """Refuses layers that would move the image but not its mask."""
+    for step in augmentation.steps:
+        if not _transforms_masks(step):
+            raise ValueError(
+                f"The {augmentation.argument} layer {type(step).__name__} "
+                f"(name={step.name!r}) cannot transform segmentation masks, so "
+                "it would misalign images and masks. Use layers that support "
+                "segmentation_masks (RandomFlip, RandomRotation, RandomCrop, ...)."
+            )
+
+
+def _transforms_masks(step):
+    import keras
+
+    if not isinstance(step, keras.layers.Layer):
+        return True  # A callable gets the dict and owns its masks.
+    try:
+        from keras_cv.layers import BaseImageAugmentationLayer
+        from keras_cv.layers import VectorizedBaseImageAugmentationLayer
+    except ImportError:
+        BaseImageAugmentationLayer = VectorizedBaseImageAugmentationLayer = None
+    from keras.src.layers.preprocessing.image_preprocessing import (
+        base_image_preprocessing_layer as keras_base,
+    )
+
+    cls = type(step)
+    checks = [
+        (VectorizedBaseImageAugmentationLayer, "augment_segmentation_masks"),
+        (BaseImageAugmentationLayer, "augment_segmentation_mask"),
+        (keras_base.BaseImagePreprocessingLayer, "transform_segmentation_masks"),
+    ]
+    for base, method in checks:
+        if base is not None and issubclass(cls, base):
+            return getattr(cls, method) is not getattr(base, method)
+    return False  # Some other layer: it knows nothing of the masks key.
+
+
+def to_keras(inputs):
+    return inputs["images"], tf.cast(tf.round(inputs["segmentation_masks"]), tf.int32)

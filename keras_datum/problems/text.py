@@ -1,0 +1,194 @@
+"""Text classification: folders of `.txt` files, and datum's JSON layout.
+
+```
+class folders (as text_dataset_from_directory)     datum's JSON layout
+root/                                              root/
+  pos/ 0001.txt ...                                  train.json
+  neg/ 0002.txt ...                                  val.json  (optional)
+(or train/, val/, test/ each holding class folders)  test.json (optional)
+```
+
+A datum JSON file maps ids to `{"text": "...", "label": {"<name>": value}}`;
+the one label key's values are class indices or class names. `y` follows
+`label_mode` as for images; `x` is the raw string, ready for
+`TextVectorization` or a KerasHub preprocessor.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+from keras_datum import encode as encode_lib
+from keras_datum.problems import classification
+from keras_datum.sources import ExampleRecord
+from keras_datum.sources import Layout
+
+NAME = "text"
+TEXT_FORMATS = (".txt",)
+_JSON_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+
+
+def find_layout(root, follow_links=False):
+    if os.path.isfile(os.path.join(root, "train.json")):
+        return _find_json(root)
+    if not _has_text_files(root, follow_links):
+        return None
+    return classification.find_folder_layout(
+        root, follow_links, formats=TEXT_FORMATS, problem=NAME, what="text files"
+    )
+
+
+def _has_text_files(root, follow_links):
+    """Class (or split) folders with `.txt` files and no images."""
+    found_text = False
+    for dirpath, dirs, files in os.walk(root, followlinks=follow_links):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if dirpath == root:
+            continue
+        for name in files:
+            lower = name.lower()
+            if lower.endswith(classification.sources.IMAGE_FORMATS):
+                return False
+            found_text |= lower.endswith(TEXT_FORMATS)
+    return found_text
+
+
+def parse_datum_json(path):
+    """Returns [(id, label key, label value, text)] from one datum JSON file.
+
+    Raises:
+        ValueError: malformed JSON or an entry without `text` and one label;
+            names the file and the id.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: malformed JSON ({e}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an object mapping ids to examples.")
+    rows = []
+    for example_id, example in data.items():
+        where = f"{path}: example {example_id!r}"
+        if not isinstance(example, dict) or not isinstance(example.get("text"), str):
+            raise ValueError(f"{where} needs a string 'text'.")
+        label = example.get("label")
+        if not isinstance(label, dict) or len(label) != 1:
+            raise ValueError(f"{where} needs a 'label' object with one key.")
+        (key, value), = label.items()
+        if isinstance(value, str):
+            value = classification.parse_label_cell(value, where)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(
+                f"{where}: label {key!r} must be a class index or name. "
+                f"Received: {value!r}"
+            )
+        rows.append((str(example_id), key, value, example["text"]))
+    return rows
+
+
+def _find_json(root):
+    rows_by_split, extra = {}, []
+    for file_split, split in _JSON_SPLITS.items():
+        path = os.path.join(root, file_split + ".json")
+        if not os.path.isfile(path):
+            continue
+        if split in rows_by_split:
+            raise ValueError(f"{root!r} has both val.json and validation.json; keep one.")
+        extra.append(path)
+        rows_by_split[split] = (path, parse_datum_json(path))
+    all_rows = [row for _, rows in rows_by_split.values() for row in rows]
+    keys = {key for _, key, _, _ in all_rows}
+    if len(keys) > 1:
+        raise ValueError(
+            f"The JSON files in {root!r} use several label keys {sorted(keys)}; "
+            "keras_datum reads one label per text."
+        )
+    values = [value for _, _, value, _ in all_rows]
+    if all(isinstance(v, int) and v >= 0 for v in values):
+        class_names = [str(i) for i in range(max(values, default=-1) + 1)]
+        index = {v: v for v in values}
+    elif all(isinstance(v, str) for v in values):
+        class_names = sorted(set(values))
+        index = {name: i for i, name in enumerate(class_names)}
+    else:
+        raise ValueError(
+            f"The labels in {root!r} must all be class indices (integers >= 0) "
+            "or all class names (strings)."
+        )
+    splits = {
+        split: [
+            ExampleRecord(
+                path=path,
+                relpath=f"{os.path.basename(path)}#{example_id}",
+                labels={"label": [index[value]]},
+                stratum=index[value],
+                annotation=text,
+            )
+            for example_id, _, value, text in rows
+        ]
+        for split, (path, rows) in rows_by_split.items()
+    }
+    return Layout(
+        name="datum_json",
+        problem=NAME,
+        splits=splits,
+        info=classification.class_info(class_names),
+        extra_files=extra,
+    )
+
+
+# --- Export -------------------------------------------------------------------
+
+
+def features(info):
+    return {"text": {"dtype": "string", "shape": []}, **classification.label_features(info)}
+
+
+def encode(record):
+    """Reads one text (a file, or a JSON entry); it must be UTF-8."""
+    if record.annotation is not None:
+        data = record.annotation.encode("utf-8")
+    else:
+        try:
+            with open(record.path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise encode_lib.InvalidExampleError(f"cannot read file: {e.strerror or e}") from e
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise encode_lib.InvalidExampleError(f"not UTF-8 text ({e})") from None
+    return {"text": data, **record.labels}, {"characters": len(data)}
+
+
+# --- Reading ----------------------------------------------------------------
+
+
+def check_read_options(info, options):
+    classification.check_read_options(info, options)
+
+
+def decode(parsed, info, options):
+    return classification.with_labels({"text": parsed["text"]}, parsed, info, options)
+
+
+def batch(dataset, batch_size, options):
+    """Plain batches, or length buckets (datum's `bucket_by_sequence_length`)."""
+    boundaries = options["bucket_boundaries"]
+    if batch_size is None:
+        return dataset
+    if not boundaries:
+        return dataset.batch(batch_size, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.bucket_by_sequence_length(
+        element_length_func=lambda inputs: tf.size(tf.strings.split(inputs["text"])),
+        bucket_boundaries=list(boundaries),
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+    )
+
+
+def to_keras(inputs):
+    if "labels" in inputs:
+        return inputs["text"], inputs["labels"]
+    return inputs["text"]

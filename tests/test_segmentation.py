@@ -1,0 +1,143 @@
+"""Segmentation: VOC palette masks and image/mask folders, resized and augmented together."""
+
+import os
+
+import keras
+import keras_cv
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_datum import DatumDataset
+from keras_datum.problems.segmentation import VOC_CLASS_NAMES
+
+H, W = 24, 32
+
+
+def _draw(seed, count=4):
+    """[(stem, image pixels, mask indices)]: class 1 or 2 rectangles, 255 borders."""
+    rng = np.random.default_rng(seed)
+    items = []
+    for index in range(count):
+        pixels = np.zeros((H, W, 3), np.uint8)
+        mask = np.zeros((H, W), np.uint8)
+        x1, y1 = rng.integers(0, W // 2), rng.integers(0, H // 2)
+        cls = 1 + index % 2
+        mask[y1 : y1 + 8, x1 : x1 + 10] = cls
+        mask[y1 + 8, x1 : x1 + 10] = 255
+        pixels[mask == cls] = 255
+        items.append((f"s{index:02d}", pixels, mask))
+    return items
+
+
+def write_voc(root, items):
+    os.makedirs(root / "JPEGImages")
+    os.makedirs(root / "SegmentationClass")
+    palette = [0, 0, 0, 128, 0, 0, 0, 128, 0] + [0] * (3 * 252) + [224, 224, 192]
+    for stem, pixels, mask in items:
+        Image.fromarray(pixels).save(root / "JPEGImages" / f"{stem}.png")
+        image = Image.fromarray(mask, mode="P")
+        image.putpalette(palette)
+        image.save(root / "SegmentationClass" / f"{stem}.png")
+    return str(root)
+
+
+def write_pairs(root, items_by_split, classes=("background", "a", "b")):
+    for split, items in items_by_split.items():
+        os.makedirs(root / "images" / split)
+        os.makedirs(root / "masks" / split)
+        for stem, pixels, mask in items:
+            Image.fromarray(pixels).save(root / "images" / split / f"{stem}.png")
+            Image.fromarray(mask, mode="L").save(root / "masks" / split / f"{stem}.png")
+    (root / "classes.txt").write_text("\n".join(classes) + "\n")
+    return str(root)
+
+
+def _pairs(dataset):
+    return [(x.numpy(), y.numpy()) for x, y in dataset]
+
+
+def test_voc_palette_masks_round_trip_as_indices(tmp_path):
+    items = _draw(0)
+    root = write_voc(tmp_path / "voc", items)
+    ds = DatumDataset(root, image_size=(H, W), validation_split=None, batch_size=None, verbose=False)
+    assert ds.info["problem"] == "segmentation" and ds.info["layout"] == "voc_segmentation"
+    assert ds.class_names == VOC_CLASS_NAMES
+    assert ds.info["splits"]["train"]["mask_values"] == [0, 1, 2, 255]
+    x_spec, y_spec = ds.train().element_spec
+    assert y_spec == tf.TensorSpec((H, W, 1), tf.int32)
+    sources = {mask.tobytes() for _, _, mask in items}
+    outputs = _pairs(ds.train())
+    assert {y[..., 0].astype(np.uint8).tobytes() for _, y in outputs} == sources
+    for x, y in outputs:
+        np.testing.assert_array_equal(x[..., 0] > 128, np.isin(y[..., 0], [1, 2]))
+
+
+def test_pairs_with_splits_resize_nearest_and_pad_with_ignore(tmp_path):
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(1), "val": _draw(2, 2)})
+    ds = DatumDataset(root, image_size=(48, 48), batch_size=None, verbose=False)
+    assert ds.info["layout"] == "image_mask_pairs"
+    assert ds.class_names == ["background", "a", "b"]
+    assert ds.num_examples == {"train": 4, "val": 2}
+    for _, y in _pairs(ds.train()):
+        assert set(np.unique(y)) <= {0, 1, 2, 255}  # Nearest: no new values.
+    padded = DatumDataset(root, image_size=(48, 48), pad_to_aspect_ratio=True, batch_size=None, verbose=False)
+    for _, y in _pairs(padded.train()):
+        # 24x32 in 48x48: scaled to 36x48, six rows of padding on top and bottom.
+        assert (y[:6] == 255).all() and (y[-6:] == 255).all()
+
+
+@pytest.mark.parametrize("make_flip", [
+    lambda: keras_cv.layers.RandomFlip("horizontal"),
+    lambda: keras.layers.RandomFlip("horizontal"),
+])
+def test_flipped_mask_matches_flipped_image(tmp_path, make_flip):
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(3)})
+    ds = DatumDataset(root, image_size=(H, W), validation_split=None, batch_size=2, verbose=False)
+    plain = _pairs(ds.train(shuffle=False))
+    flipped = _pairs(ds.train(shuffle=False, augment=make_flip(), seed=0))
+    changed = 0
+    for (x0, y0), (x1, y1) in zip(plain, flipped):
+        np.testing.assert_array_equal(x1[..., 0] > 128, np.isin(y1[..., 0], [1, 2]))
+        changed += int(not np.array_equal(y0, y1))
+    assert changed > 0
+
+
+@pytest.mark.parametrize("make_layer", [
+    lambda: keras.layers.RandomZoom(0.2),
+    lambda: keras_cv.layers.RandomCrop(16, 16),
+])
+def test_layer_that_cannot_move_masks_is_refused_before_training(tmp_path, make_layer):
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(4)})
+    ds = DatumDataset(root, image_size=(H, W), verbose=False)
+    with pytest.raises(ValueError, match="cannot transform segmentation masks, so it would misalign"):
+        ds.train(augment=make_layer())
+
+
+def test_bad_masks_are_left_out_and_reported(tmp_path):
+    items = _draw(5, 4)
+    root = write_pairs(tmp_path / "pairs", {"train": items})
+    Image.new("L", (5, 5)).save(tmp_path / "pairs" / "masks" / "train" / "s00.png")  # Wrong size.
+    os.remove(tmp_path / "pairs" / "masks" / "train" / "s01.png")
+    Image.new("RGB", (W, H)).save(tmp_path / "pairs" / "masks" / "train" / "s02.png")
+    ds = DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False)
+    with pytest.warns(UserWarning, match="3 invalid files"):
+        ds.export()
+    reasons = sorted(r["reason"] for r in ds.invalid_files)
+    assert "is 5x5, the image is 32x24" in reasons[0]
+    assert "is a RGB image" in reasons[1]
+    assert "mask file not found" in reasons[2]
+    assert ds.num_examples == {"train": 1}
+
+
+def test_segmentation_model_fits_with_ignore_class(tmp_path):
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(6)})
+    ds = DatumDataset(root, image_size=(H, W), validation_split=None, batch_size=2, verbose=False)
+    model = keras.Sequential([
+        keras.Input((H, W, 3)), keras.layers.Rescaling(1 / 255),
+        keras.layers.Conv2D(3, 3, padding="same", activation="softmax"),
+    ])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(ignore_class=255))
+    history = model.fit(ds.train(augment=keras.layers.RandomFlip("horizontal")), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])

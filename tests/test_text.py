@@ -1,0 +1,118 @@
+"""Text classification: .txt class folders and datum's JSON layout."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_datum import DatumDataset
+
+WORDS = {"pos": ["good", "great", "fine", "nice"], "neg": ["bad", "awful", "poor", "sad"]}
+
+
+def write_text_folders(root, per_class=6, seed=0):
+    rng = np.random.default_rng(seed)
+    texts = {}
+    for label, words in WORDS.items():
+        os.makedirs(root / label)
+        for i in range(per_class):
+            text = " ".join(rng.choice(words, size=int(rng.integers(1, 12))))
+            (root / label / f"{i}.txt").write_text(text, encoding="utf-8")
+            texts[text] = label
+    return str(root), texts
+
+
+def test_text_folders_match_keras(tmp_path):
+    root, texts = write_text_folders(tmp_path / "src")
+    ds = DatumDataset(root, batch_size=4, verbose=False)
+    assert ds.info["problem"] == "text" and ds.info["layout"] == "class_folders"
+    reference = keras.utils.text_dataset_from_directory(root, batch_size=None, shuffle=False, verbose=False)
+    assert ds.class_names == reference.class_names == ["neg", "pos"]
+    assert ds.train().element_spec == (
+        tf.TensorSpec((None,), tf.string), tf.TensorSpec((None,), tf.int32)
+    )
+    got = {}
+    for split in (ds.train(), ds.val()):
+        for x, y in split.unbatch():
+            got[x.numpy().decode()] = ds.class_names[int(y)]
+    assert got == texts
+
+
+def test_datum_json_layout(tmp_path):
+    root = tmp_path / "src"
+    root.mkdir()
+    train = {str(i): {"text": f"text number {i}", "label": {"polarity": "pos" if i % 2 else "neg"}} for i in range(10)}
+    val = {"a": {"text": "held out", "label": {"polarity": "neg"}}}
+    (root / "train.json").write_text(json.dumps(train))
+    (root / "val.json").write_text(json.dumps(val))
+    ds = DatumDataset(str(root), label_mode="categorical", batch_size=None, verbose=False)
+    assert ds.info["layout"] == "datum_json"
+    assert ds.class_names == ["neg", "pos"]
+    assert ds.num_examples == {"train": 10, "val": 1}
+    (x, y), = list(ds.val())
+    assert x.numpy() == b"held out" and y.numpy().tolist() == [1.0, 0.0]
+
+
+def test_datum_json_integer_labels_in_strings(tmp_path):
+    root = tmp_path / "src"
+    root.mkdir()
+    data = {str(i): {"text": f"t{i}", "label": {"polarity": str(i % 3)}} for i in range(9)}
+    (root / "train.json").write_text(json.dumps(data))
+    ds = DatumDataset(str(root), validation_split=None, batch_size=None, verbose=False)
+    assert ds.class_names == ["0", "1", "2"]
+    assert sorted(int(y) for _, y in ds.train()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+@pytest.mark.parametrize("content, match", [
+    ("{", r"train.json: malformed JSON"),
+    ('{"1": {"text": 3, "label": {"p": 1}}}', r"train.json: example '1' needs a string 'text'"),
+    ('{"1": {"text": "x", "label": {"p": 1, "q": 2}}}', r"example '1' needs a 'label' object with one key"),
+    ('{"1": {"text": "x", "label": {"p": [1]}}}', r"label 'p' must be a class index or name"),
+])
+def test_malformed_json_names_the_file_and_example(tmp_path, content, match):
+    (tmp_path / "train.json").write_text(content)
+    with pytest.raises(ValueError, match=match):
+        DatumDataset(str(tmp_path), verbose=False).export()
+
+
+def test_bucketing_groups_similar_lengths(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src", per_class=20)
+    ds = DatumDataset(root, batch_size=4, bucket_boundaries=[4, 8], validation_split=None, verbose=False)
+    seen = 0
+    for x, _ in ds.train():
+        lengths = [len(t.split()) for t in x.numpy()]
+        buckets = {0 if n < 4 else 1 if n < 8 else 2 for n in lengths}
+        assert len(buckets) == 1, lengths
+        seen += len(lengths)
+    assert seen == 40
+
+
+def test_invalid_utf8_is_reported(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src")
+    (tmp_path / "src" / "pos" / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    ds = DatumDataset(root, validation_split=None, verbose=False)
+    with pytest.warns(UserWarning, match="1 invalid files"):
+        ds.export()
+    assert ds.invalid_files[0]["reason"].startswith("not UTF-8 text")
+
+
+def test_text_vectorization_model_fits(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src", per_class=10)
+    ds = DatumDataset(root, batch_size=4, verbose=False)
+    vectorize = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=12)
+    vectorize.adapt(ds.train().map(lambda x, y: x))
+    model = keras.Sequential([
+        keras.Input((), dtype="string"), vectorize, keras.layers.Embedding(20, 4),
+        keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2, activation="softmax"),
+    ])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    history = model.fit(ds.train(), validation_data=ds.val(), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_bad_bucket_boundaries():
+    with pytest.raises(ValueError, match=r"Received: bucket_boundaries=\[8, 4\]"):
+        DatumDataset("/nonexistent", bucket_boundaries=[8, 4])
