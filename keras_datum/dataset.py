@@ -540,6 +540,11 @@ class DatumDataset:
         """
         from keras_datum import visualize
 
+        if self.info["problem"] == "text":
+            raise ValueError(
+                "preview() draws images; for a text dataset look at "
+                "`list(ds.train(batch_size=None).take(5))` instead."
+            )
         batch = max(2, num_images) if batch_augment is not None else None
         dataset = self._split(
             split,
@@ -553,7 +558,11 @@ class DatumDataset:
         if batch is not None:
             dataset = dataset.unbatch()
         figure = visualize.preview_figure(
-            dataset, self.class_names, num_images=num_images, columns=columns
+            dataset,
+            self.class_names,
+            num_images=num_images,
+            columns=columns,
+            box_format=self._read_options["bounding_box_format"],
         )
         if path is not None:
             figure.savefig(path, dpi=80)

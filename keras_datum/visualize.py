@@ -27,8 +27,37 @@ def _caption(label, class_names):
     return ", ".join(f"{v:.3g}" for v in label.reshape(-1)[:3])
 
 
-def preview_figure(dataset, class_names, num_images=16, columns=4):
+def _draw_boxes(axes, boxes, class_names, box_format):
+    from keras_cv import bounding_box
+    from matplotlib.patches import Rectangle
+
+    classes = boxes.get("classes", boxes.get("labels"))
+    xyxy = bounding_box.convert_format(
+        np.asarray(boxes["boxes"], np.float32).reshape(-1, 4),
+        source=box_format,
+        target="xyxy",
+        image_shape=axes.images[0].get_array().shape,
+    )
+    for (x1, y1, x2, y2), cls in zip(np.asarray(xyxy), np.asarray(classes)):
+        if cls < 0:
+            continue  # Padding.
+        axes.add_patch(
+            Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor="yellow", linewidth=1.5)
+        )
+        name = class_names[int(cls)] if int(cls) < len(class_names) else str(int(cls))
+        axes.text(x1, y1, name, color="black", fontsize=7, backgroundcolor="yellow")
+
+
+def _draw_mask(axes, mask):
+    shown = np.ma.masked_where((mask == 0) | (mask == 255), mask)
+    axes.imshow(shown, cmap="tab20", alpha=0.5, interpolation="nearest", vmin=0, vmax=20)
+
+
+def preview_figure(dataset, class_names, num_images=16, columns=4, box_format="xyxy"):
     """Draws up to `num_images` unbatched `(x, y)` elements as a captioned grid.
+
+    Detection boxes are drawn with their class names; segmentation masks are
+    drawn over their images (class 0 and the ignore label left clear).
 
     Returns:
         A `matplotlib.figure.Figure` (no pyplot global state is touched).
@@ -49,6 +78,12 @@ def preview_figure(dataset, class_names, num_images=16, columns=4):
             axes.imshow(image[..., 0], cmap="gray", vmin=0, vmax=1)
         else:
             axes.imshow(image)
+        if isinstance(label, dict):  # Detection: draw the boxes.
+            _draw_boxes(axes, label, class_names, box_format)
+            label = None
+        elif label is not None and np.ndim(label) == 3:  # Segmentation mask.
+            _draw_mask(axes, np.asarray(label)[..., 0])
+            label = None
         axes.set_title(_caption(label, class_names), fontsize=9)
         axes.axis("off")
     figure.tight_layout()

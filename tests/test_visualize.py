@@ -1,3 +1,5 @@
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -61,3 +63,27 @@ def test_summary_card(shapes, tmp_path):
     assert "train image size: height 32-32 (mean 32), width 32-32 (mean 32)" in text
     assert "invalid files left out: 1" in text
     assert "train/circle/broken.png: empty file (0 bytes)" in text or "val/circle/broken.png: empty file (0 bytes)" in text
+
+
+def test_preview_draws_detection_boxes_and_masks(tmp_path):
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from detection_data import draw_items, write_voc
+    from test_segmentation import _draw, write_pairs
+
+    voc = write_voc(tmp_path / "voc", draw_items(6))
+    figure = DatumDataset(voc, image_size=(40, 60), verbose=False).preview(
+        num_images=4, path=tmp_path / "boxes.png", seed=1
+    )
+    assert sum(len(axes.patches) for axes in figure.axes) > 0
+    assert _not_blank(tmp_path / "boxes.png")
+    pairs = write_pairs(tmp_path / "pairs", {"train": _draw(0)})
+    figure = DatumDataset(pairs, image_size=(24, 32), verbose=False).preview(num_images=2)
+    assert all(len(axes.images) == 2 for axes in figure.axes)  # Image and mask.
+
+
+def test_preview_refuses_text(tmp_path):
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "x.txt").write_text("hello")
+    with pytest.raises(ValueError, match="preview\\(\\) draws images"):
+        DatumDataset(str(tmp_path / "src"), verbose=False).preview()
