@@ -219,3 +219,21 @@ def test_keras_cv_yolov8_detector_fits(tmp_path):
     augment = keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy")
     history = model.fit(ds.train(augment=augment), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("max_boxes", [None, 6])
+def test_mosaic_and_jittered_resize_through_the_pipeline(tmp_path, max_boxes):
+    root = write_voc(tmp_path / "voc", draw_items(8))
+    ds = DatumDataset(root, image_size=(64, 64), max_boxes=max_boxes, batch_size=4,
+                      validation_split=None, verbose=False)
+    jitter = keras_cv.layers.JitteredResize(
+        target_size=(64, 64), scale_factor=(0.8, 1.2), bounding_box_format="xyxy"
+    )
+    mosaic = keras_cv.layers.Mosaic(bounding_box_format="xyxy")
+    x, y = next(iter(ds.train(augment=jitter, batch_augment=mosaic, seed=1)))
+    assert x.shape == (4, 64, 64, 3)
+    boxes = y["boxes"].to_tensor(-1.0) if isinstance(y["boxes"], tf.RaggedTensor) else y["boxes"]
+    valid = boxes.numpy()[y["classes"].numpy() >= 0] if not isinstance(y["classes"], tf.RaggedTensor) \
+        else boxes.numpy()[y["classes"].to_tensor(-1.0).numpy() >= 0]
+    assert valid.size > 0
+    assert (valid >= -1e-3).all() and (valid <= 64 + 1e-3).all()
