@@ -70,6 +70,21 @@ def _check_positive_or_none(name, value):
         )
 
 
+def _options_satisfied(cached, wanted):
+    """Whether an export made with `cached` options serves `wanted`.
+
+    All must match, except the size cap: images capped at a larger side (or
+    not capped) serve a smaller cap as well.
+    """
+    cached, wanted = dict(cached), dict(wanted)
+    cached_side = cached.pop("max_image_side", None)
+    wanted_side = wanted.pop("max_image_side", None)
+    side_ok = cached_side is None or (
+        wanted_side is not None and cached_side >= wanted_side
+    )
+    return side_ok and cached == wanted
+
+
 class DatumDataset:
     """A folder of images as validated, cached TFRecords, ready for `model.fit`.
 
@@ -137,6 +152,11 @@ class DatumDataset:
             Defaults to `None`.
         bounding_box_class_key: detection only: `"classes"` (KerasCV) or
             `"labels"` (Keras core box-aware layers). Defaults to `"classes"`.
+        max_image_side: export-time size cap: images whose longer side is
+            larger are shrunk to it once, at export, instead of in every
+            epoch. `"auto"` is `2 * max(image_size)`; `None` keeps the
+            originals. A cache with a larger (or no) cap is reused. Defaults
+            to `"auto"`.
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).
@@ -188,6 +208,7 @@ class DatumDataset:
         max_boxes=None,
         bounding_box_class_key="classes",
         bucket_boundaries=None,
+        max_image_side="auto",
         strategy="auto",
         mixed_precision="auto",
         verbose=True,
@@ -235,6 +256,11 @@ class DatumDataset:
         _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
         _choice("on_invalid", on_invalid, ON_INVALID)
         _choice("reexport", reexport, REEXPORT_MODES)
+        if max_image_side == "auto":
+            # Twice the target keeps enough detail for random crops and zooms
+            # while a 12 MP photo shrinks to a few hundred kilobytes, once.
+            max_image_side = 2 * max(self._image_size)
+        _check_positive_or_none("max_image_side", max_image_side)
         distribute.check_strategy(strategy)
         _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
         if not os.path.exists(source):
@@ -264,6 +290,7 @@ class DatumDataset:
             "seed": DEFAULT_SEED if seed is None else seed,
             "follow_links": bool(follow_links),
             "problem": problem,
+            "max_image_side": max_image_side,
         }
         self._seed = seed
         self._shuffle = shuffle
@@ -337,7 +364,7 @@ class DatumDataset:
         if (
             meta is not None
             and meta["source_fingerprint"].get("digest") == fingerprint["digest"]
-            and meta["export_options"] == self._export_options
+            and _options_satisfied(meta["export_options"], self._export_options)
         ):
             return meta
         return None

@@ -115,11 +115,11 @@ def plan_shards(records, count, rng):
     return np.argsort(keys, kind="stable"), shard_of
 
 
-def _encoder(problem):
+def _encoder(problem, options):
     def encode_one(item):
         record, _ = item
         try:
-            return item, problem.encode(record)
+            return item, problem.encode(record, options)
         except encode.InvalidExampleError as e:
             return item, e
 
@@ -204,7 +204,7 @@ def serialize(record, features, spec):
 
 
 def _write_split(
-    problem, info, split, records, folder, seed, on_invalid, workers, progress,
+    problem, info, export_options, split, records, folder, seed, on_invalid, workers, progress,
     num_classes,
 ):
     """Writes one split's shards; returns (split metadata, invalid entries)."""
@@ -223,7 +223,7 @@ def _write_split(
     written = 0
     try:
         ordered = ((records[i], shard_of[i]) for i in order)
-        encode_one = _encoder(problem)
+        encode_one = _encoder(problem, export_options)
         for (record, shard), result in _ordered_map(encode_one, ordered, workers):
             progress.update(1)
             if isinstance(result, encode.InvalidExampleError):
@@ -350,6 +350,7 @@ def export_layout(
                 split_info[split], bad = _write_split(
                     problem,
                     layout.info,
+                    export_options,
                     split, records, tmp_dir, seed, on_invalid, workers, progress,
                     num_classes,
                 )

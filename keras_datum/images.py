@@ -18,20 +18,26 @@ IMAGE_FEATURES = {
 }
 
 
-def encode_features(path):
+def encode_features(path, max_side=None):
     """Validates one image file; returns (its stored features, its stats).
+
+    Returns:
+        `(features, stats, source_size)`: the features to store, the stats
+        (stored `height` and `width`), and the upright source image's
+        `(height, width)`, which differs from the stored one when the image
+        was shrunk to `max_side`.
 
     Raises:
         encode.InvalidImageError: the file is not a usable image.
     """
-    image = encode.encode_image(path)
+    image = encode.encode_image(path, max_side)
     features = {
         "image": image.data,
         "image/format": image.format.encode(),
         "image/height": [image.height],
         "image/width": [image.width],
     }
-    return features, {"height": image.height, "width": image.width}
+    return features, {"height": image.height, "width": image.width}, image.source_size
 
 
 def decode(parsed, options):

@@ -102,7 +102,7 @@ def test_crop_to_aspect_ratio_takes_the_centre(tmp_path):
     Image.fromarray(pixels).save(tmp_path / "src" / "a" / "x.png")
     ds = DatumDataset(
         str(tmp_path / "src"), image_size=(10, 10), crop_to_aspect_ratio=True,
-        validation_split=None, verbose=False,
+        validation_split=None, max_image_side=None, verbose=False,
     )
     x, _ = next(iter(ds.train()))
     assert float(tf.reduce_min(x)) == 255.0
@@ -301,3 +301,25 @@ def test_read_shards_directly_match_labels_of_folders(class_folders):
     for name, label, pixels in read_split(ds, "train") + read_split(ds, "val"):
         assert label == [ds.class_names.index(name.split("/")[0])]
         assert pixels.shape == (16, 16, 3)
+
+
+def test_export_size_cap_shrinks_big_images_once(tmp_path):
+    from PIL import Image
+
+    os.makedirs(tmp_path / "src" / "a")
+    Image.fromarray(np.full((300, 400, 3), 200, np.uint8)).save(tmp_path / "src" / "a" / "big.jpg")
+    Image.fromarray(np.full((20, 30, 3), 50, np.uint8)).save(tmp_path / "src" / "a" / "small.png")
+    root = str(tmp_path / "src")
+    ds = DatumDataset(root, image_size=(50, 50), validation_split=None, verbose=False)
+    assert ds.info["export_options"]["max_image_side"] == 100
+    sizes = {name: pixels.shape for name, _, pixels in read_split(ds, "train")}
+    assert sizes == {"a/big.jpg": (75, 100, 3), "a/small.png": (20, 30, 3)}
+    created = ds.info["created"]
+    # A smaller target is served by the same cache; a larger one re-exports.
+    assert DatumDataset(root, image_size=(20, 20), validation_split=None, verbose=False).info["created"] == created
+    bigger = DatumDataset(root, image_size=(100, 100), validation_split=None, verbose=False)
+    assert bigger.info["created"] != created
+    originals = DatumDataset(root, image_size=(50, 50), max_image_side=None, validation_split=None,
+                             cache_dir=tmp_path / "orig", verbose=False)
+    sizes = {name: pixels.shape for name, _, pixels in read_split(originals, "train")}
+    assert sizes["a/big.jpg"] == (300, 400, 3)

@@ -141,3 +141,14 @@ def test_segmentation_model_fits_with_ignore_class(tmp_path):
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(ignore_class=255))
     history = model.fit(ds.train(augment=keras.layers.RandomFlip("horizontal")), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_size_cap_shrinks_the_mask_with_its_image(tmp_path):
+    items = [("big", np.zeros((H * 4, W * 4, 3), np.uint8), np.ones((H * 4, W * 4), np.uint8))]
+    items[0][2][:, : W * 2] = 2
+    root = write_pairs(tmp_path / "pairs", {"train": items})
+    ds = DatumDataset(root, image_size=(H, W), max_image_side=2 * W, validation_split=None,
+                      batch_size=None, verbose=False)
+    assert ds.info["splits"]["train"]["image_sizes"]["width"]["max"] == 2 * W
+    (_, y), = _pairs(ds.train())
+    assert (y[:, : W // 2 - 1] == 2).all() and (y[:, W // 2 + 1 :] == 1).all()

@@ -10,8 +10,8 @@ A problem module provides:
   that this dataset cannot honour (for example `label_mode="binary"` with
   three classes).
 - `features(info)`: the JSON feature spec of everything it stores.
-- `encode(record)`: `(features, stats)` for one `ExampleRecord`, read and
-  validated; raises `encode.InvalidExampleError` for an unusable example.
+- `encode(record, options)`: `(features, stats)` for one `ExampleRecord`,
+  read and validated (`options` are the export options); raises `encode.InvalidExampleError` for an unusable example.
   Runs in export worker threads.
 - `decode(parsed, info, options)`: the KerasCV-style dict
   (`{"images": ..., "labels": ...}`) built from one parsed example.

@@ -359,9 +359,9 @@ def features(info):
     return {**images.IMAGE_FEATURES, **label_features(info)}
 
 
-def encode(record):
+def encode(record, options):
     """Validates one image; returns (features to store, stats)."""
-    features, stats = images.encode_features(record.path)
+    features, stats, _ = images.encode_features(record.path, options["max_image_side"])
     features.update(record.labels)
     return features, stats
 

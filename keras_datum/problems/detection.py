@@ -413,10 +413,11 @@ def _to_rel_xyxy(box, box_format, height, width):
     return [x1 / width, y1 / height, x2 / width, y2 / height]
 
 
-def encode(record):
+def encode(record, options):
     """Validates the image; clips boxes to it and drops empty ones (counted)."""
-    features_out, stats = images.encode_features(record.path)
-    height, width = stats["height"], stats["width"]
+    features_out, stats, (height, width) = images.encode_features(
+        record.path, options["max_image_side"]
+    )
     annotation = record.annotation
     boxes, classes = [], []
     clipped = dropped = 0

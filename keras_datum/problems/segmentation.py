@@ -185,17 +185,27 @@ def _read_mask(path):
     return values.astype(np.uint8)
 
 
-def encode(record):
-    """Validates the image and its mask (same size, class indices); stores both."""
-    features_out, stats = images.encode_features(record.path)
+def encode(record, options):
+    """Validates the image and its mask (same size, class indices); stores both.
+
+    When the image is shrunk to the export's size cap, the mask is shrunk to
+    the same size with nearest neighbour.
+    """
+    features_out, stats, source_size = images.encode_features(
+        record.path, options["max_image_side"]
+    )
     values = _read_mask(record.annotation["mask"])
-    if values.shape != (stats["height"], stats["width"]):
+    if values.shape != source_size:
         raise encode_lib.InvalidExampleError(
             f"mask {record.annotation['mask']} is {values.shape[1]}x{values.shape[0]}, "
-            f"the image is {stats['width']}x{stats['height']}"
+            f"the image is {source_size[1]}x{source_size[0]}"
         )
+    mask = Image.fromarray(values, mode="L")
+    stored_size = (stats["width"], stats["height"])
+    if mask.size != stored_size:
+        mask = mask.resize(stored_size, Image.Resampling.NEAREST)
     buffer = io.BytesIO()
-    Image.fromarray(values, mode="L").save(buffer, format="PNG")
+    mask.save(buffer, format="PNG")
     features_out["mask"] = buffer.getvalue()
     stats["mask_values"] = set(np.unique(values).tolist())
     return features_out, stats

@@ -146,7 +146,7 @@ def features(info):
     return {"text": {"dtype": "string", "shape": []}, **classification.label_features(info)}
 
 
-def encode(record):
+def encode(record, options):
     """Reads one text (a file, or a JSON entry); it must be UTF-8."""
     if record.annotation is not None:
         data = record.annotation.encode("utf-8")
