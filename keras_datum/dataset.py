@@ -3,7 +3,7 @@
 import os
 
 from keras_datum import augment as augment_lib
-from keras_datum import cache
+from keras_datum import cache as cache_lib
 from keras_datum import distribute
 from keras_datum import export as export_lib
 from keras_datum import images
@@ -157,6 +157,12 @@ class DatumDataset:
             epoch. `"auto"` is `2 * max(image_size)`; `None` keeps the
             originals. A cache with a larger (or no) cap is reused. Defaults
             to `"auto"`.
+        cache: keep the decoded split in memory, at the target size as uint8,
+            from the first epoch on, so that later epochs decode nothing.
+            `"auto"` caches when the decoded split fits `cache_budget`;
+            `True` always; `False` never. Defaults to `"auto"`.
+        cache_budget: bytes the automatic cache may use. Defaults to `None`:
+            a quarter of the memory available when the split is built.
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).
@@ -209,6 +215,8 @@ class DatumDataset:
         bounding_box_class_key="classes",
         bucket_boundaries=None,
         max_image_side="auto",
+        cache="auto",
+        cache_budget=None,
         strategy="auto",
         mixed_precision="auto",
         verbose=True,
@@ -261,6 +269,8 @@ class DatumDataset:
             # while a 12 MP photo shrinks to a few hundred kilobytes, once.
             max_image_side = 2 * max(self._image_size)
         _check_positive_or_none("max_image_side", max_image_side)
+        _choice("cache", cache, ("auto", True, False))
+        _check_positive_or_none("cache_budget", cache_budget)
         distribute.check_strategy(strategy)
         _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
         if not os.path.exists(source):
@@ -270,7 +280,7 @@ class DatumDataset:
 
         self.source = os.path.abspath(source)
         self.cache_dir = os.path.abspath(
-            os.fspath(cache_dir) if cache_dir else cache.default_cache_dir(source)
+            os.fspath(cache_dir) if cache_dir else cache_lib.default_cache_dir(source)
         )
         self._read_options = {
             "image_size": self._image_size,
@@ -299,6 +309,8 @@ class DatumDataset:
         self._reexport = reexport
         self._verbose = verbose
         self._meta = None
+        self._cache = cache
+        self._cache_budget = cache_budget
         self._strategy_arg = strategy
         self._strategy = None
         # Applied now, not at import or first read, so that a model built
@@ -324,7 +336,7 @@ class DatumDataset:
             return self._meta
         export_lib.check_cache_target(self.cache_dir)
         if self._reexport == "never" and not force:
-            meta = cache.read_metadata(self.cache_dir)
+            meta = cache_lib.read_metadata(self.cache_dir)
             if meta is not None:
                 return self._use(meta)
         layout = problems.find_layout(
@@ -335,13 +347,13 @@ class DatumDataset:
         # Read options are checked against what was found before any writing.
         self._resolve_read_options(layout.problem)
         problems.get(layout.problem).check_read_options(layout.info, self._read_options)
-        fingerprint = cache.fingerprint(layout, self.source)
+        fingerprint = cache_lib.fingerprint(layout, self.source)
         fresh = not force and self._reexport == "auto"
         if fresh:
             meta = self._fresh_cache(fingerprint)
             if meta is not None:
                 return self._use(meta)
-        with cache.export_lock(self.cache_dir, LOCK_TIMEOUT_SECONDS):
+        with cache_lib.export_lock(self.cache_dir, LOCK_TIMEOUT_SECONDS):
             # Another process may have exported while this one waited.
             meta = self._fresh_cache(fingerprint) if fresh else None
             if meta is None:
@@ -360,7 +372,7 @@ class DatumDataset:
         return self._use(meta)
 
     def _fresh_cache(self, fingerprint):
-        meta = cache.read_metadata(self.cache_dir)
+        meta = cache_lib.read_metadata(self.cache_dir)
         if (
             meta is not None
             and meta["source_fingerprint"].get("digest") == fingerprint["digest"]
@@ -378,7 +390,7 @@ class DatumDataset:
         problems.get(meta["problem"]).check_read_options(meta, self._read_options)
         invalid = meta["invalid_files"]["count"]
         if invalid and self._on_invalid == "raise":
-            report = os.path.join(self.cache_dir, cache.REPORT_FILE)
+            report = os.path.join(self.cache_dir, cache_lib.REPORT_FILE)
             raise ValueError(
                 f"The cached export left out {invalid} invalid files (see "
                 f"{report}), and on_invalid='raise'. Fix or remove them."
@@ -408,7 +420,7 @@ class DatumDataset:
         """The files left out at export, each with its split and reason."""
         import json
 
-        with open(os.path.join(self.cache_dir, cache.REPORT_FILE)) as f:
+        with open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
             return json.load(f)
 
     # --- Reading ----------------------------------------------------------
@@ -477,7 +489,14 @@ class DatumDataset:
             batch_augment=augmentations[1],
             image_dtype=distribute.input_dtype(),
             shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
+            cache=self._cache_decoded(meta, split),
         )
+
+    def _cache_decoded(self, meta, split):
+        if self._cache != "auto":
+            return self._cache
+        budget = self._cache_budget or pipeline.default_cache_budget()
+        return pipeline.decoded_bytes(meta, split, self._read_options) <= budget
 
     def train(
         self,

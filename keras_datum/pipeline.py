@@ -7,6 +7,7 @@ import os
 
 import tensorflow as tf
 
+from keras_datum import images
 from keras_datum import problems
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -47,6 +48,71 @@ def shard_paths(meta, cache_dir, split):
     ]
 
 
+def _serialized(paths, num_examples, shuffle_files, seed, deterministic):
+    """The split's serialized examples: shard files interleaved in parallel."""
+    files = tf.data.Dataset.from_tensor_slices(tf.constant(paths, dtype=tf.string))
+    if shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    dataset = files.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=max(1, min(len(paths), MAX_INTERLEAVE)),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+    # The metadata knows the exact count: Keras then shows epoch progress,
+    # and a shard that lost records fails loudly instead of shrinking an epoch.
+    return dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
+
+
+_PIXEL_KEYS = ("images", "segmentation_masks")
+
+
+def _pixels_as(dtype):
+    def cast(inputs):
+        inputs = dict(inputs)
+        for key in _PIXEL_KEYS:
+            if key in inputs:
+                value = inputs[key]
+                if dtype == tf.uint8:
+                    value = tf.round(tf.clip_by_value(value, 0.0, 255.0))
+                inputs[key] = tf.cast(value, dtype)
+        return inputs
+
+    return cast
+
+
+# The automatic in-memory cache may take this fraction of the memory that is
+# available when the split is built: enough for most datasets that fit at all,
+# while leaving the model, the shuffle buffer and other processes their room.
+DEFAULT_CACHE_FRACTION = 0.25
+
+
+def available_memory():
+    """Bytes of memory available now (Linux's MemAvailable, else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def default_cache_budget():
+    return int(available_memory() * DEFAULT_CACHE_FRACTION)
+
+
+def decoded_bytes(meta, split, options):
+    """Memory the decoded split takes at the target size, as uint8."""
+    info = meta["splits"][split]
+    if "image" not in meta["features"]:
+        return info.get("characters", 0) + 64 * info["num_examples"]
+    height, width = options["image_size"]
+    channels = images.CHANNELS[options["color_mode"]] + ("mask" in meta["features"])
+    return info["num_examples"] * (height * width * channels + 64)
+
+
 def build(
     meta,
     cache_dir,
@@ -62,39 +128,43 @@ def build(
     batch_augment=None,
     image_dtype="float32",
     shard_policy=None,
+    cache=False,
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
     `augment` runs on each decoded example, `batch_augment` on each batch,
     both on the KerasCV dict. With a `seed` they run in order on one thread
     (after restarting their random generators), so the augmented stream
-    repeats exactly; without one they run in parallel.
+    repeats exactly; without one they run in parallel. With `cache`, the
+    decoded, resized pixels are kept in memory as uint8 after the first
+    epoch (see `decoded_bytes`).
     """
     paths = shard_paths(meta, cache_dir, split)
     deterministic = not shuffle or seed is not None
-    files = tf.data.Dataset.from_tensor_slices(tf.constant(paths, dtype=tf.string))
-    if shuffle and len(paths) > 1:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    dataset = files.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=max(1, min(len(paths), MAX_INTERLEAVE)),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=deterministic,
-    )
-    # The metadata knows the exact count: Keras then shows epoch progress,
-    # and a shard that lost records fails loudly instead of shrinking an epoch.
     num_examples = meta["splits"][split]["num_examples"]
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
+    buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
+    dataset = _serialized(paths, num_examples, shuffle and not cache, seed, deterministic)
+
+    def decode(dataset):
+        return dataset.map(
+            lambda s: decode_example(s, meta, options),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
+        )
+
+    if cache:
+        # Decode once, keep uint8 pixels at the target size in memory, and
+        # shuffle the decoded elements: later epochs decode nothing.
+        dataset = decode(dataset).map(_pixels_as(tf.uint8), num_parallel_calls=AUTOTUNE)
+        dataset = dataset.cache()
     if shuffle:
-        buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = dataset.map(
-        lambda s: decode_example(s, meta, options),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=deterministic,
-    )
+    if cache:
+        dataset = dataset.map(_pixels_as(tf.float32), num_parallel_calls=AUTOTUNE)
+    else:
+        dataset = decode(dataset)
     augment_calls = AUTOTUNE if seed is None else None
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:

@@ -27,8 +27,9 @@ def _keras_reference(root, size=(16, 16)):
     return reference.class_names, by_pixels
 
 
-def test_round_trip_matches_keras_pixels_and_labels(class_folders):
-    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False)
+@pytest.mark.parametrize("cache", [True, False])
+def test_round_trip_matches_keras_pixels_and_labels(class_folders, cache):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, cache=cache, verbose=False)
     class_names, reference = _keras_reference(class_folders)
     assert ds.class_names == class_names == ["bird", "cat", "dog"]
 
@@ -231,13 +232,32 @@ def test_shards_mix_all_classes(tmp_path, monkeypatch):
         assert labels == {0, 1, 2}, shard["file"]
 
 
-def test_seeded_read_order_is_golden(class_folders):
+@pytest.mark.parametrize("cache", [True, False])
+def test_seeded_read_order_is_golden(class_folders, cache):
     def order(seed):
-        ds = DatumDataset(class_folders, seed=seed, batch_size=None, verbose=False)
+        ds = DatumDataset(class_folders, seed=seed, batch_size=None, cache=cache, verbose=False)
         return [x.numpy().tobytes() for x, _ in ds.train().take(12)]
 
     assert order(3) == order(3)
     assert order(3) != order(4)
+
+
+@pytest.mark.parametrize("cache, budget, cached", [
+    (True, None, True), ("auto", None, True), ("auto", 100, False), (False, None, False),
+])
+def test_decoded_cache_serves_later_epochs_from_memory(class_folders, cache, budget, cached):
+    ds = DatumDataset(class_folders, image_size=(16, 16), cache=cache, cache_budget=budget, verbose=False)
+    train = ds.train()
+    first = sorted(x.tobytes() for x, _ in unbatched(train))
+    for name in os.listdir(ds.cache_dir):
+        if name.startswith("train-"):
+            os.remove(os.path.join(ds.cache_dir, name))
+    if cached:
+        second = sorted(x.tobytes() for x, _ in unbatched(train))
+        assert second == first  # Same examples, read from memory.
+    else:
+        with pytest.raises(tf.errors.NotFoundError):
+            list(train)
 
 
 def test_test_split_and_split_folders(tmp_path):
