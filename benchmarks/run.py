@@ -1,0 +1,324 @@
+"""keras_datum against keras.utils.image_dataset_from_directory and the decode limit.
+
+Run from the repository root:
+
+    python benchmarks/run.py            # the full run (minutes); writes docs/performance.md
+    python benchmarks/run.py --smoke    # seconds; CI runs it to keep the harness alive
+
+The datasets are drawn once (photo-like noise textures, not flat colours) and
+kept in `--data-dir`. Every figure is the median of `--runs` runs, and every
+ratio compares figures measured in the same process. Peak memory is measured
+in child processes, one per figure, so that each starts from the same point.
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLASSES = ("a", "b", "c", "d", "e")
+
+# name: (files, (height, width), format, JPEG quality, read image_size)
+FULL = {
+    "imagenet_like": (2000, (400, 500), "JPEG", 85, (224, 224)),
+    "tiny_32px": (20000, (32, 32), "PNG", None, (32, 32)),
+    "tiny_32px_2k": (2000, (32, 32), "PNG", None, (32, 32)),
+    "photos_12mp": (200, (3000, 4000), "JPEG", 90, (224, 224)),
+}
+SMOKE = {
+    "imagenet_like": (40, (400, 500), "JPEG", 85, (224, 224)),
+    "tiny_32px": (300, (32, 32), "PNG", None, (32, 32)),
+    "tiny_32px_2k": (100, (32, 32), "PNG", None, (32, 32)),
+    "photos_12mp": (6, (1500, 2000), "JPEG", 90, (224, 224)),
+}
+TARGETS = {
+    "imagenet_like": {"first_vs_keras": 1.0, "first_vs_limit": 0.95},
+    "tiny_32px": {"first_vs_keras": 3.0},
+    "photos_12mp": {"first_vs_keras": 30.0},
+}
+LATER_EPOCHS_TARGET = 15.0
+EXPORT_TARGET = 1.0
+RSS_FLAT_TOLERANCE = 0.15
+FIRST_BATCH_TARGET_S = 2.0
+
+
+def photo_like(rng, height, width):
+    """Smooth shapes plus mid and fine grain: compresses like a photo."""
+    coarse = rng.normal(0, 1, (max(2, height // 32), max(2, width // 32), 3))
+    image = Image.fromarray(np.clip(128 + 45 * coarse, 0, 255).astype(np.uint8))
+    base = np.asarray(image.resize((width, height), Image.Resampling.BICUBIC), np.float32)
+    mid = rng.normal(0, 1, (max(2, height // 4), max(2, width // 4), 3))
+    mid = Image.fromarray(np.clip(128 + 40 * mid, 0, 255).astype(np.uint8))
+    mid = np.asarray(mid.resize((width, height), Image.Resampling.BILINEAR), np.float32) - 128
+    fine = rng.normal(0, 6, (height, width, 3))
+    return np.clip(base + 0.5 * mid + fine, 0, 255).astype(np.uint8)
+
+
+def make_dataset(path, spec, seed=0):
+    files, (height, width), fmt, quality, _ = spec
+    marker = os.path.join(path, ".complete")
+    if os.path.exists(marker):
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    rng = np.random.default_rng(seed)
+    for index in range(files):
+        cls = CLASSES[index % len(CLASSES)]
+        os.makedirs(os.path.join(path, cls), exist_ok=True)
+        pixels = photo_like(rng, height, width)
+        name = os.path.join(path, cls, f"{index:06d}.{fmt.lower().replace('jpeg', 'jpg')}")
+        Image.fromarray(pixels).save(name, format=fmt, **({"quality": quality} if quality else {}))
+    open(marker, "w").close()
+    return path
+
+
+def _epoch(dataset):
+    count, start = 0, time.perf_counter()
+    for x, _ in dataset:
+        count += int(x.shape[0])
+    return count / (time.perf_counter() - start)
+
+
+def keras_rate(path, image_size):
+    import keras
+
+    dataset = keras.utils.image_dataset_from_directory(
+        path, image_size=image_size, batch_size=32, shuffle=True, seed=1, verbose=False
+    )
+    return _epoch(dataset)
+
+
+def decode_limit_rate(encoded, image_size):
+    import tensorflow as tf
+
+    def decode(data):
+        image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        return tf.image.resize(image, image_size), 0
+
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(encoded)
+        .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(32)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return _epoch(dataset)
+
+
+def datum(path, image_size, cache_dir, **kwargs):
+    from keras_datum import DatumDataset
+
+    return DatumDataset(
+        path, image_size=image_size, batch_size=32, cache_dir=cache_dir, seed=1,
+        verbose=False, mixed_precision="float32", **kwargs
+    )
+
+
+def export_seconds(path, image_size, cache_dir):
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    start = time.perf_counter()
+    datum(path, image_size, cache_dir).export()
+    return time.perf_counter() - start
+
+
+def child_peak_rss(mode, path, image_size, cache_dir, cache="auto"):
+    """Peak RSS (MB) of a child process doing one export or two read epochs."""
+    command = [
+        sys.executable, os.path.abspath(__file__), "--child", mode, path,
+        json.dumps(list(image_size)), cache_dir, json.dumps(cache),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _status_mb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_main(mode, path, image_size, cache_dir, cache):
+    import tensorflow  # noqa: F401  (the baseline includes TensorFlow)
+
+    ds = datum(path, tuple(image_size), cache_dir, cache=cache)
+    # Reset the high-water mark so that the import's own peak is not counted.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    baseline = _status_mb("VmRSS")
+    if mode == "export":
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        ds.export()
+    else:
+        train = ds.train()
+        for _ in range(2):
+            for _ in train:
+                pass
+    peak = _status_mb("VmHWM")
+    print(json.dumps({"peak_mb": round(peak), "above_baseline_mb": round(peak - baseline)}))
+
+
+def measure(name, spec, data_dir, work_dir, runs):
+    path = make_dataset(os.path.join(data_dir, name), spec)
+    image_size = spec[4]
+    cache_dir = os.path.join(work_dir, name + "-cache")
+    from keras_datum.sources import iter_image_files
+
+    encoded = []
+    for file in iter_image_files(path):
+        with open(file, "rb") as f:
+            encoded.append(f.read())
+    keras_rates, limit_rates, exports, firsts, laters, first_batches = [], [], [], [], [], []
+    for _ in range(runs):
+        keras_rates.append(keras_rate(path, image_size))
+        limit_rates.append(decode_limit_rate(encoded, image_size))
+        exports.append(export_seconds(path, image_size, cache_dir))
+        start = time.perf_counter()
+        ds = datum(path, image_size, cache_dir)
+        train = ds.train()
+        next(iter(train))
+        first_batches.append(time.perf_counter() - start)
+        firsts.append(_epoch(train))
+        laters.append(statistics.median(_epoch(train) for _ in range(2)))
+    median = statistics.median
+    keras_epoch_s = len(encoded) / median(keras_rates)
+    row = {
+        "files": len(encoded),
+        "image_size": list(image_size),
+        "keras_img_s": median(keras_rates),
+        "limit_img_s": median(limit_rates),
+        "first_img_s": median(firsts),
+        "later_img_s": median(laters),
+        "export_s": median(exports),
+        "keras_epoch_s": keras_epoch_s,
+        "first_batch_s": median(first_batches),
+    }
+    row["first_vs_keras"] = row["first_img_s"] / row["keras_img_s"]
+    row["first_vs_limit"] = row["first_img_s"] / row["limit_img_s"]
+    row["later_vs_keras"] = row["later_img_s"] / row["keras_img_s"]
+    row["export_vs_keras_epoch"] = row["export_s"] / keras_epoch_s
+    row["export_rss"] = child_peak_rss("export", path, image_size, cache_dir)
+    row["read_rss_cached"] = child_peak_rss("read", path, image_size, cache_dir, "auto")
+    row["read_rss_uncached"] = child_peak_rss("read", path, image_size, cache_dir, False)
+    return row
+
+
+def check_targets(rows):
+    checks = []
+    for name, targets in TARGETS.items():
+        for key, target in targets.items():
+            value = rows[name][key]
+            checks.append((f"{name}: {key}", f"{value:.2f}x", f">= {target}x", value >= target))
+    for name, row in rows.items():
+        if name == "tiny_32px_2k":
+            continue
+        checks.append((f"{name}: later epochs vs Keras", f"{row['later_vs_keras']:.1f}x",
+                       f">= {LATER_EPOCHS_TARGET}x", row["later_vs_keras"] >= LATER_EPOCHS_TARGET))
+        checks.append((f"{name}: export vs one Keras epoch", f"{row['export_vs_keras_epoch']:.2f}x",
+                       f"<= {EXPORT_TARGET}x", row["export_vs_keras_epoch"] <= EXPORT_TARGET))
+    big, small = rows["tiny_32px"]["export_rss"]["peak_mb"], rows["tiny_32px_2k"]["export_rss"]["peak_mb"]
+    checks.append(("export peak RSS, 20,000 vs 2,000 files", f"{big} vs {small} MB",
+                   f"within {RSS_FLAT_TOLERANCE:.0%}", big <= small * (1 + RSS_FLAT_TOLERANCE)))
+    big = rows["tiny_32px"]["read_rss_uncached"]["peak_mb"]
+    small = rows["tiny_32px_2k"]["read_rss_uncached"]["peak_mb"]
+    checks.append(("read peak RSS without cache, 20,000 vs 2,000 files", f"{big} vs {small} MB",
+                   f"within {RSS_FLAT_TOLERANCE:.0%}", big <= small * (1 + RSS_FLAT_TOLERANCE)))
+    first = rows["tiny_32px"]["first_batch_s"]
+    checks.append(("time to first batch, cache present, tiny_32px", f"{first:.2f} s",
+                   f"< {FIRST_BATCH_TARGET_S} s", first < FIRST_BATCH_TARGET_S))
+    return checks
+
+
+def markdown(rows, checks, runs, smoke):
+    import keras
+    import tensorflow as tf
+
+    lines = [
+        "# Performance",
+        "",
+        "Measured by `python benchmarks/run.py`" + (" --smoke" if smoke else "")
+        + f" on {os.cpu_count()} CPU cores (TensorFlow {tf.__version__}, Keras "
+        f"{keras.__version__}); medians of {runs} runs. Throughput is images per second "
+        "over one epoch with batches of 32; ratios compare figures from the same process. "
+        "`keras` is `keras.utils.image_dataset_from_directory` on the same folder, "
+        "`limit` decodes and resizes encoded bytes already in memory, in parallel.",
+        "",
+        "| dataset | files | size | keras img/s | limit img/s | first epoch img/s | vs keras | vs limit "
+        "| later epochs img/s | vs keras | export s | vs keras epoch | first batch s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['files']} | {r['image_size'][0]} | {r['keras_img_s']:.0f} | "
+            f"{r['limit_img_s']:.0f} | {r['first_img_s']:.0f} | {r['first_vs_keras']:.2f}x | "
+            f"{r['first_vs_limit']:.2f}x | {r['later_img_s']:.0f} | {r['later_vs_keras']:.1f}x | "
+            f"{r['export_s']:.1f} | {r['export_vs_keras_epoch']:.2f}x | {r['first_batch_s']:.2f} |"
+        )
+    lines += [
+        "",
+        "Peak resident memory (MB) of a child process during the operation, after "
+        "TensorFlow is imported; `+` is the growth above the process's size when it started.",
+        "",
+        "| dataset | export | read 2 epochs, cache auto | read 2 epochs, no cache |",
+        "|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        cells = [f"{r[k]['peak_mb']} (+{r[k]['above_baseline_mb']})"
+                 for k in ("export_rss", "read_rss_cached", "read_rss_uncached")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "| target | measured | wanted | met |", "|---|---|---|---|"]
+    for label, value, wanted, met in checks:
+        lines.append(f"| {label} | {value} | {wanted} | {'yes' if met else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny datasets, one run")
+    parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", ".data"))
+    parser.add_argument("--output", default=None, help="markdown file (default: docs/performance.md, not in smoke mode)")
+    parser.add_argument("--only", nargs="*", default=None, help="dataset names to run")
+    parser.add_argument("--prepare", action="store_true", help="only draw the datasets")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        mode, path, size, cache_dir, cache = args.child
+        return child_main(mode, path, json.loads(size), cache_dir, json.loads(cache))
+    specs = SMOKE if args.smoke else FULL
+    runs = args.runs or (1 if args.smoke else 3)
+    data_dir = os.path.join(args.data_dir, "smoke" if args.smoke else "full")
+    names = args.only or list(specs)
+    if args.prepare:
+        for name in names:
+            make_dataset(os.path.join(data_dir, name), specs[name])
+        return 0
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="keras_datum_bench_") as work_dir:
+        for name in names:
+            print(f"[{name}] measuring ...", flush=True)
+            rows[name] = measure(name, specs[name], data_dir, work_dir, runs)
+            print(json.dumps({name: rows[name]}, default=str), flush=True)
+    checks = check_targets(rows) if set(FULL) <= set(rows) else []
+    report = markdown(rows, checks, runs, args.smoke)
+    print(report)
+    output = args.output or (None if args.smoke else os.path.join(ROOT, "docs", "performance.md"))
+    if output:
+        with open(output, "w") as f:
+            f.write(report)
+        print(f"Wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
