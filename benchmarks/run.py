@@ -30,13 +30,13 @@ CLASSES = ("a", "b", "c", "d", "e")
 
 # name: (files, (height, width), format, JPEG quality, read image_size)
 FULL = {
-    "imagenet_like": (2000, (400, 500), "JPEG", 85, (224, 224)),
+    "imagenet_like": (2000, (400, 500), "JPEG", 93, (224, 224)),
     "tiny_32px": (20000, (32, 32), "PNG", None, (32, 32)),
     "tiny_32px_2k": (2000, (32, 32), "PNG", None, (32, 32)),
     "photos_12mp": (200, (3000, 4000), "JPEG", 90, (224, 224)),
 }
 SMOKE = {
-    "imagenet_like": (40, (400, 500), "JPEG", 85, (224, 224)),
+    "imagenet_like": (40, (400, 500), "JPEG", 93, (224, 224)),
     "tiny_32px": (300, (32, 32), "PNG", None, (32, 32)),
     "tiny_32px_2k": (100, (32, 32), "PNG", None, (32, 32)),
     "photos_12mp": (6, (1500, 2000), "JPEG", 90, (224, 224)),

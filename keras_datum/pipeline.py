@@ -145,26 +145,29 @@ def build(
     buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
     dataset = _serialized(paths, num_examples, shuffle and not cache, seed, deterministic)
 
-    def decode(dataset):
-        return dataset.map(
-            lambda s: decode_example(s, meta, options),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        )
+    def decode(serialized):
+        return decode_example(serialized, meta, options)
 
     if cache:
         # Decode once, keep uint8 pixels at the target size in memory, and
-        # shuffle the decoded elements: later epochs decode nothing.
-        dataset = decode(dataset).map(_pixels_as(tf.uint8), num_parallel_calls=AUTOTUNE)
-        dataset = dataset.cache()
+        # shuffle the decoded elements: later epochs decode nothing. The
+        # cast back to float32 waits for the batch when nothing per example
+        # needs floats, so a cached epoch costs a few operations per batch.
+        to_uint8 = _pixels_as(tf.uint8)
+        dataset = dataset.map(
+            lambda s: to_uint8(decode(s)),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
+        ).cache()
     if shuffle:
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    if cache:
+    if not cache:
+        dataset = dataset.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    floats_per_example = cache and augment is not None
+    if floats_per_example:
         dataset = dataset.map(_pixels_as(tf.float32), num_parallel_calls=AUTOTUNE)
-    else:
-        dataset = decode(dataset)
     augment_calls = AUTOTUNE if seed is None else None
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:
@@ -188,12 +191,16 @@ def build(
         dataset = dataset.batch(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
         )
+    if cache and not floats_per_example and batch_augment is not None:
+        dataset = dataset.map(_pixels_as(tf.float32), num_parallel_calls=AUTOTUNE)
     if batch_augment is not None:
         dataset = dataset.map(batch_augment, num_parallel_calls=augment_calls)
     to_keras = problem.to_keras
 
+    to_float = _pixels_as(tf.float32)
+
     def finish(inputs):
-        inputs = dict(inputs)
+        inputs = to_float(inputs)  # Cached uint8 pixels, unless cast earlier.
         if "images" in inputs:
             inputs["images"] = tf.cast(inputs["images"], image_dtype)
         if int_labels:
