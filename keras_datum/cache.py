@@ -16,6 +16,8 @@ import re
 import socket
 import time
 
+from keras_datum import sources
+
 SCHEMA_VERSION = 1
 METADATA_FILE = "metadata.json"
 REPORT_FILE = "invalid_files.json"
@@ -58,7 +60,7 @@ def fingerprint(layout, root):
         except FileNotFoundError:  # An annotation naming a missing image.
             size, mtime = -1, -1
         total += max(size, 0)
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        rel = sources.relative_path(path, root)
         hasher.update(f"{rel}\t{size}\t{mtime}\n".encode())
     return {"digest": hasher.hexdigest(), "num_files": len(paths), "num_bytes": total}
 

@@ -109,7 +109,10 @@ def encode_image(path, max_side=None):
     try:
         image = Image.open(io.BytesIO(data))
         source_format = image.format
-        orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
+        # Reading EXIF costs as much as decoding a tiny PNG; PNGs without an
+        # eXIf chunk (nearly all) have no orientation to apply.
+        has_exif = source_format != "PNG" or "exif" in image.info
+        orientation = image.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
         source_size = _upright_size(image, orientation)
         width, height = image.size
         too_big = bool(max_side) and max(width, height) > max_side

@@ -15,7 +15,9 @@ The export:
 
 import collections
 import datetime
+import functools
 import math
+import multiprocessing
 import os
 import shutil
 import uuid
@@ -40,6 +42,8 @@ TARGET_SHARD_BYTES = 128 * 2**20
 # examples per shard.
 MIN_EXAMPLES_PER_SHARD = 64
 MAX_SMALL_SHARDS = 16
+# Splits this big are encoded in worker processes; smaller ones in threads.
+PROCESS_POOL_MIN_EXAMPLES = 2000
 # Images in flight per worker thread: enough to hide file latency, few enough
 # that memory stays flat.
 WINDOW_PER_WORKER = 8
@@ -115,15 +119,41 @@ def plan_shards(records, count, rng):
     return np.argsort(keys, kind="stable"), shard_of
 
 
-def _encoder(problem, options):
-    def encode_one(item):
-        record, _ = item
-        try:
-            return item, problem.encode(record, options)
-        except encode.InvalidExampleError as e:
-            return item, e
+def encode_example(problem_name, options, spec, record):
+    """Reads, validates and serializes one record (in a thread or a process).
 
-    return encode_one
+    Returns:
+        `(serialized example, stats)`, or `(InvalidExampleError, None)`.
+    """
+    problem = problems.get(problem_name)
+    try:
+        features, stats = problem.encode(record, options)
+    except encode.InvalidExampleError as e:
+        return e, None
+    return serialize(record, features, spec), stats
+
+
+def _encoded_stream(encode_one, records, workers):
+    """`encode_one` over `records`, in order, on all cores.
+
+    Big splits use forked worker processes: Pillow's Python-side parsing
+    and the protobuf building hold the GIL, so threads stop scaling once
+    images are small. The workers touch no TensorFlow runtime (only Pillow,
+    NumPy and the `tf.train.Example` protobuf class), which is what makes
+    forking a process that has TensorFlow loaded safe. Small splits, where
+    starting processes would cost more than it saves, use threads: Pillow
+    releases the GIL while it decodes.
+    """
+    if (
+        workers > 1
+        and len(records) >= PROCESS_POOL_MIN_EXAMPLES
+        and "fork" in multiprocessing.get_all_start_methods()
+    ):
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            chunk = max(1, min(256, len(records) // (workers * 16)))
+            yield from pool.imap(encode_one, records, chunksize=chunk)
+    else:
+        yield from _ordered_map(encode_one, records, workers)
 
 
 class SplitStats:
@@ -222,9 +252,11 @@ def _write_split(
     class_counts = collections.Counter()
     written = 0
     try:
-        ordered = ((records[i], shard_of[i]) for i in order)
-        encode_one = _encoder(problem, export_options)
-        for (record, shard), result in _ordered_map(encode_one, ordered, workers):
+        ordered = [records[i] for i in order]
+        encode_one = functools.partial(encode_example, problem.NAME, export_options, spec)
+        results = _encoded_stream(encode_one, ordered, workers)
+        for index, (result, example_stats) in zip(order, results):
+            record, shard = records[index], shard_of[index]
             progress.update(1)
             if isinstance(result, encode.InvalidExampleError):
                 if on_invalid == "raise":
@@ -236,8 +268,7 @@ def _write_split(
                     {"split": split, "file": record.relpath, "reason": str(result)}
                 )
                 continue
-            features, example_stats = result
-            writers[shard].write(serialize(record, features, spec))
+            writers[shard].write(result)
             class_counts[record.stratum] += 1
             lengths[shard] += 1
             written += 1

@@ -80,7 +80,13 @@ def file_size(path):
 
 
 def relative_path(path, root):
-    return os.path.relpath(path, root).replace(os.sep, "/")
+    """`path` relative to `root`, with `/` separators (fast for paths below it)."""
+    prefix = root.rstrip(os.sep) + os.sep
+    if path.startswith(prefix):
+        relative = path[len(prefix):]
+    else:
+        relative = os.path.relpath(path, root)
+    return relative.replace(os.sep, "/")
 
 
 def resolve_inside(root, name, what):

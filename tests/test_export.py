@@ -1,0 +1,46 @@
+"""The export's two engines (threads, forked processes) write the same shards."""
+
+import os
+
+import pytest
+import tensorflow as tf
+from conftest import make_class_folders
+
+from keras_datum import DatumDataset
+from keras_datum import InvalidImageError
+from keras_datum import export
+
+
+def _shard_bytes(ds):
+    out = {}
+    for name in sorted(os.listdir(ds.cache_dir)):
+        if name.endswith(".tfrecord"):
+            out[name] = [r.numpy() for r in tf.data.TFRecordDataset(os.path.join(ds.cache_dir, name))]
+    return out
+
+
+def test_process_pool_and_threads_write_identical_shards(tmp_path, monkeypatch):
+    root = make_class_folders(tmp_path / "src", {"a": 20, "b": 20, "c": 20})
+    (tmp_path / "src" / "a" / "bad.png").write_bytes(b"broken")
+    monkeypatch.setattr(export, "MIN_EXAMPLES_PER_SHARD", 8)
+    with pytest.warns(UserWarning, match="1 invalid files"):
+        threads = DatumDataset(root, cache_dir=tmp_path / "threads", verbose=False)
+        threads.export()
+    monkeypatch.setattr(export, "PROCESS_POOL_MIN_EXAMPLES", 1)
+    with pytest.warns(UserWarning, match="1 invalid files"):
+        processes = DatumDataset(root, cache_dir=tmp_path / "processes", verbose=False)
+        processes.export()
+    assert _shard_bytes(threads) == _shard_bytes(processes)
+    assert len(_shard_bytes(processes)) > 2
+    assert threads.invalid_files == processes.invalid_files
+    assert processes.info["splits"]["train"]["class_counts"] == threads.info["splits"]["train"]["class_counts"]
+
+
+def test_process_pool_raises_on_invalid_and_cleans_up(tmp_path, monkeypatch):
+    root = make_class_folders(tmp_path / "src", {"a": 10, "b": 10})
+    (tmp_path / "src" / "b" / "bad.png").write_bytes(b"")
+    monkeypatch.setattr(export, "PROCESS_POOL_MIN_EXAMPLES", 1)
+    ds = DatumDataset(root, cache_dir=tmp_path / "cache", on_invalid="raise", verbose=False)
+    with pytest.raises(InvalidImageError, match=r"bad.png.*empty file"):
+        ds.export()
+    assert sorted(os.listdir(tmp_path)) == ["cache.lock", "src"]
