@@ -1,4 +1,4 @@
-"""The `keras-datum` command: export, info, preview, demo."""
+"""The `keras-datum` command: export, info, verify, preview, demo."""
 
 import argparse
 import json
@@ -72,6 +72,27 @@ def _demo(args):
     return 0 if accuracy > 0 else 1
 
 
+def _verify(args):
+    from keras_datum import cache
+    from keras_datum.verify import verify_cache
+
+    path = os.path.abspath(args.path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Path not found: {args.path!r}")
+    cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
+    problems = verify_cache(cache_dir)
+    for problem in problems:
+        print(f"DAMAGED: {problem}")
+    if problems:
+        print(f"{len(problems)} problems in {cache_dir}; export again with `keras-datum export --force`.")
+        return 1
+    meta = cache.read_metadata(cache_dir)
+    shards = sum(len(s["shards"]) for s in meta["splits"].values())
+    examples = sum(s["num_examples"] for s in meta["splits"].values())
+    print(f"OK: {cache_dir}: {shards} shards, {examples} examples, every record intact.")
+    return 0
+
+
 def _preview(args):
     from keras_datum.dataset import DatumDataset
 
@@ -114,6 +135,10 @@ def build_parser():
     preview.add_argument("--image-size", type=int, default=128)
     preview.add_argument("--cache-dir", default=None)
     preview.set_defaults(run=_preview)
+
+    verify = commands.add_parser("verify", help="check a cache's CRCs, counts and metadata")
+    verify.add_argument("path", help="a cache folder, or a source folder")
+    verify.set_defaults(run=_verify)
 
     demo = commands.add_parser("demo", help="draw a shapes dataset, export, train")
     demo.add_argument("--data-dir", default=None)

@@ -26,6 +26,8 @@ INTERPOLATIONS = (
     "mitchellcubic",
 )
 REEXPORT_MODES = ("auto", "never", "always")
+# `max_image_side="auto"` caps the longer side at this many times the target.
+AUTO_SIDE_FACTOR = 2
 ON_INVALID = ("skip", "raise")
 # How long a process waits for another one's export of the same cache.
 LOCK_TIMEOUT_SECONDS = 3600
@@ -267,7 +269,7 @@ class DatumDataset:
         if max_image_side == "auto":
             # Twice the target keeps enough detail for random crops and zooms
             # while a 12 MP photo shrinks to a few hundred kilobytes, once.
-            max_image_side = 2 * max(self._image_size)
+            max_image_side = AUTO_SIDE_FACTOR * max(self._image_size)
         _check_positive_or_none("max_image_side", max_image_side)
         _choice("cache", cache, ("auto", True, False))
         _check_positive_or_none("cache_budget", cache_budget)

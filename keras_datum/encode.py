@@ -27,6 +27,9 @@ from PIL import ImageOps
 
 # Re-encoded JPEGs: high enough that re-encoding is not a visible loss.
 JPEG_QUALITY = 95
+# An image is shrunk to `max_side` only when its longer side is more than
+# this factor over it (see `encode_image`).
+CAP_SLACK = 1.25
 _EXIF_ORIENTATION = 0x0112
 _PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
 
@@ -87,9 +90,10 @@ def encode_image(path, max_side=None):
 
     Args:
         path: the image file.
-        max_side: when the upright image's longer side exceeds this, it is
-            shrunk to it (aspect kept) and re-encoded: JPEG sources as JPEG
-            (quality 95), others as PNG. `None` keeps every size.
+        max_side: when the upright image's longer side exceeds this by more
+            than `CAP_SLACK` (25%), it is shrunk to it (aspect kept) and
+            re-encoded: JPEG sources as JPEG (quality 95), others as PNG.
+            `None` keeps every size.
 
     Returns:
         An `EncodedImage` with the bytes to store, their format, the stored
@@ -115,7 +119,9 @@ def encode_image(path, max_side=None):
         orientation = image.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
         source_size = _upright_size(image, orientation)
         width, height = image.size
-        too_big = bool(max_side) and max(width, height) > max_side
+        # Images only a little over the cap keep their bytes: re-encoding
+        # costs more at export than the slightly larger decode costs later.
+        too_big = bool(max_side) and max(width, height) > max_side * CAP_SLACK
         keep = orientation in (1, None) and not too_big and (
             source_format == "PNG"
             or (source_format == "JPEG" and image.mode in ("L", "RGB"))

@@ -287,6 +287,15 @@ def _write_split(
     return info, invalid
 
 
+def _write_split_or_oserror(*args):
+    """`_write_split`, with TensorFlow's write errors (disk full, permission
+    denied) turned into the `OSError` a Python user expects."""
+    try:
+        return _write_split(*args)
+    except tf.errors.OpError as e:
+        raise OSError(f"Cannot write the cache: {e.message}") from e
+
+
 def _size_stats(heights, widths):
     if not heights:
         return {}
@@ -378,7 +387,7 @@ def export_layout(
             total=total, desc="Exporting", unit="img", disable=not verbose
         ) as progress:
             for split, records in splits.items():
-                split_info[split], bad = _write_split(
+                split_info[split], bad = _write_split_or_oserror(
                     problem,
                     layout.info,
                     export_options,

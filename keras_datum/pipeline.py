@@ -40,21 +40,73 @@ def decode_example(serialized, meta, options):
     return problems.get(meta["problem"]).decode(parsed, meta, options)
 
 
+def _shards(meta, cache_dir, split):
+    shards = [s for s in meta["splits"][split]["shards"] if s["num_examples"] > 0]
+    paths = [os.path.join(cache_dir, s["file"]) for s in shards]
+    return paths, [s["num_examples"] for s in shards]
+
+
 def shard_paths(meta, cache_dir, split):
-    return [
-        os.path.join(cache_dir, shard["file"])
-        for shard in meta["splits"][split]["shards"]
-        if shard["num_examples"] > 0
-    ]
+    return _shards(meta, cache_dir, split)[0]
 
 
-def _serialized(paths, num_examples, shuffle_files, seed, deterministic):
+def _shard_records(path, expected):
+    """One shard's records; a damaged shard raises an error that names it.
+
+    TensorFlow's own error for a bad record ("corrupted record at 1234")
+    does not say which file. Here a damaged record ends the shard early
+    instead, and the count is checked against the metadata when the shard
+    ends: `InvalidArgumentError` with the shard's path and what to run.
+    """
+    # `ignore_errors` would retry a missing file forever, so a missing shard
+    # is caught first, with its own message.
+    present = tf.debugging.Assert(
+        tf.equal(tf.size(tf.io.matching_files(path)), 1),
+        [tf.strings.join(["Shard ", path, " is missing. Run `keras-datum verify`."])],
+    )
+    with tf.control_dependencies([present]):
+        path = tf.identity(path)
+    records = tf.data.TFRecordDataset(path).ignore_errors()
+    records = records.map(lambda record: (record, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(b""), True))
+    )
+
+    def count(seen, element):
+        record, is_end = element
+        check = tf.debugging.Assert(
+            tf.logical_or(tf.logical_not(is_end), tf.equal(seen, expected)),
+            [
+                tf.strings.join(
+                    [
+                        "Shard ", path, " is damaged: it yielded ",
+                        tf.strings.as_string(seen), " of its ",
+                        tf.strings.as_string(expected), " records. Run "
+                        "`keras-datum verify` on the cache, then export again.",
+                    ]
+                )
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return seen + 1, (record, is_end)
+
+    records = records.scan(tf.constant(0, tf.int64), count)
+    return records.filter(lambda record, is_end: tf.logical_not(is_end)).map(
+        lambda record, is_end: record
+    )
+
+
+def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic):
     """The split's serialized examples: shard files interleaved in parallel."""
-    files = tf.data.Dataset.from_tensor_slices(tf.constant(paths, dtype=tf.string))
+    files = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64))
+    )
     if shuffle_files and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    # Shard names are plain, but a cache folder with glob characters in its
+    # path cannot be checked with `matching_files`: it reads shards plainly.
+    checked = not any(c in path for path in paths for c in "*?[]\\")
     dataset = files.interleave(
-        tf.data.TFRecordDataset,
+        _shard_records if checked else lambda path, count: tf.data.TFRecordDataset(path),
         cycle_length=max(1, min(len(paths), MAX_INTERLEAVE)),
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
@@ -139,11 +191,13 @@ def build(
     decoded, resized pixels are kept in memory as uint8 after the first
     epoch (see `decoded_bytes`).
     """
-    paths = shard_paths(meta, cache_dir, split)
+    paths, counts = _shards(meta, cache_dir, split)
     deterministic = not shuffle or seed is not None
     num_examples = meta["splits"][split]["num_examples"]
     buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
-    dataset = _serialized(paths, num_examples, shuffle and not cache, seed, deterministic)
+    dataset = _serialized(
+        paths, counts, num_examples, shuffle and not cache, seed, deterministic
+    )
 
     def decode(serialized):
         return decode_example(serialized, meta, options)

@@ -1,0 +1,56 @@
+"""Checking a written cache: record CRCs, counts against the metadata, the metadata itself."""
+
+import os
+
+import tensorflow as tf
+
+from keras_datum import cache
+
+
+def count_records(path):
+    """Reads every record of a shard, checking each CRC.
+
+    Returns:
+        `(records read, error message or None)`.
+    """
+    count = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path):
+            count += 1
+    except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
+        return count, e.message.strip().splitlines()[0]
+    return count, None
+
+
+def verify_cache(cache_dir):
+    """Every problem found in `cache_dir`, each naming the file; empty when sound.
+
+    Checks that the metadata is valid, that every shard it lists exists, that
+    every record's CRC is intact, and that each shard holds as many records
+    as the metadata says.
+    """
+    try:
+        meta = cache.read_metadata(cache_dir)
+    except cache.CacheError as e:
+        return [str(e)]
+    if meta is None:
+        return [f"{cache_dir!r} holds no keras_datum cache (no {cache.METADATA_FILE})."]
+    problems = []
+    for split, info in meta["splits"].items():
+        for shard in info["shards"]:
+            path = os.path.join(cache_dir, shard["file"])
+            if not os.path.isfile(path):
+                problems.append(f"{path}: shard listed in the metadata is missing.")
+                continue
+            count, error = count_records(path)
+            if error:
+                problems.append(
+                    f"{path}: damaged after {count} of {shard['num_examples']} "
+                    f"records ({error})."
+                )
+            elif count != shard["num_examples"]:
+                problems.append(
+                    f"{path}: holds {count} records, the metadata says "
+                    f"{shard['num_examples']}."
+                )
+    return problems
