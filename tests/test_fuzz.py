@@ -66,15 +66,23 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
+ids = st.one_of(st.integers(0, 3), st.text(max_size=2), json_values)
+bbox = st.one_of(st.lists(st.one_of(st.integers(-5, 50), st.floats(allow_nan=False), st.booleans()), max_size=5), json_values)
+
+
+def _entries(required, optional):
+    return st.lists(st.fixed_dictionaries(required, optional=optional), max_size=3)
+
+
 coco_like = st.fixed_dictionaries(
     {},
     optional={
-        "images": st.lists(st.dictionaries(st.sampled_from(["id", "file_name", "width"]), json_values, max_size=3), max_size=3),
-        "annotations": st.lists(
-            st.dictionaries(st.sampled_from(["image_id", "category_id", "bbox", "iscrowd"]), json_values, max_size=4),
-            max_size=3,
+        "images": st.one_of(_entries({"id": ids, "file_name": st.one_of(st.text(max_size=6), json_values)}, {"width": json_values}), json_values),
+        "annotations": st.one_of(
+            _entries({"image_id": ids, "category_id": ids, "bbox": bbox}, {"iscrowd": json_values}),
+            _entries({}, {"image_id": ids, "bbox": bbox}),
         ),
-        "categories": st.lists(st.dictionaries(st.sampled_from(["id", "name"]), json_values, max_size=2), max_size=3),
+        "categories": st.one_of(_entries({"id": ids, "name": json_values}, {}), json_values),
     },
 )
 

@@ -226,6 +226,19 @@ def parse_coco_json(path):
     image_items = items("images", ("id", "file_name"))
     annotations = items("annotations", ("image_id", "category_id", "bbox"))
     categories = items("categories", ("id", "name"))
+    for key, entries, fields in (
+        ("images", image_items, ("id",)),
+        ("annotations", annotations, ("image_id", "category_id")),
+        ("categories", categories, ("id",)),
+    ):
+        for index, item in enumerate(entries):
+            for field in fields:
+                value = item[field]
+                if isinstance(value, bool) or not isinstance(value, (int, str)):
+                    raise ValueError(
+                        f"{path}: {key}[{index}].{field} must be an integer or a "
+                        f"string. Received: {value!r}"
+                    )
     for index, ann in enumerate(annotations):
         bbox = ann["bbox"]
         if (
