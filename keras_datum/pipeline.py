@@ -15,6 +15,8 @@ AUTOTUNE = tf.data.AUTOTUNE
 # interleave of several shards, a few thousand already mixes the classes well.
 DEFAULT_SHUFFLE_BUFFER = 2048
 MAX_INTERLEAVE = 16
+# Records counted at a time when checking a shard's length (see _shard_records).
+COUNT_BLOCK = 256
 _DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
 
 
@@ -66,33 +68,35 @@ def _shard_records(path, expected):
     )
     with tf.control_dependencies([present]):
         path = tf.identity(path)
-    records = tf.data.TFRecordDataset(path).ignore_errors()
-    records = records.map(lambda record: (record, False)).concatenate(
-        tf.data.Dataset.from_tensors((tf.constant(b""), True))
+    # Records are counted in blocks: per-record bookkeeping would cost more
+    # than reading the records.
+    blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(COUNT_BLOCK)
+    blocks = blocks.map(lambda block: (block, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), True))
     )
+
+    def fail(seen):
+        message = tf.strings.join(
+            [
+                "Shard ", path, " is damaged: it yielded ", tf.strings.as_string(seen),
+                " of its ", tf.strings.as_string(expected), " records. Run "
+                "`keras-datum verify` on the cache, then export again.",
+            ]
+        )
+        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+            return tf.identity(seen)
 
     def count(seen, element):
-        record, is_end = element
-        check = tf.debugging.Assert(
-            tf.logical_or(tf.logical_not(is_end), tf.equal(seen, expected)),
-            [
-                tf.strings.join(
-                    [
-                        "Shard ", path, " is damaged: it yielded ",
-                        tf.strings.as_string(seen), " of its ",
-                        tf.strings.as_string(expected), " records. Run "
-                        "`keras-datum verify` on the cache, then export again.",
-                    ]
-                )
-            ],
+        block, is_end = element
+        seen = seen + tf.size(block, out_type=tf.int64)
+        seen = tf.cond(
+            is_end & tf.not_equal(seen, expected), lambda: fail(seen), lambda: seen
         )
-        with tf.control_dependencies([check]):
-            return seen + 1, (record, is_end)
+        return seen, (block, is_end)
 
-    records = records.scan(tf.constant(0, tf.int64), count)
-    return records.filter(lambda record, is_end: tf.logical_not(is_end)).map(
-        lambda record, is_end: record
-    )
+    blocks = blocks.scan(tf.constant(0, tf.int64), count)
+    blocks = blocks.filter(lambda block, is_end: tf.logical_not(is_end))
+    return blocks.map(lambda block, is_end: block).unbatch()
 
 
 def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic):

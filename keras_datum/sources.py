@@ -4,8 +4,11 @@ Shared by every problem type. Nothing here reads pixels (that is `encode`)
 or imports TensorFlow, so listing a big tree stays cheap.
 """
 
+import json
 import os
 from dataclasses import dataclass, field
+
+CLASS_NAME_FILES = ("classes.names", "labels.txt", "classes.txt")
 
 # Every extension `keras.utils.image_dataset_from_directory` accepts, plus the
 # formats TensorFlow cannot decode, which the export converts.
@@ -69,6 +72,40 @@ def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
         for name in sorted(files):
             if not name.startswith(".") and name.lower().endswith(formats):
                 yield os.path.join(root, name)
+
+
+def read_json_object(path, expected):
+    """Loads a JSON file that must hold an object.
+
+    Raises:
+        ValueError: malformed JSON, or not an object (`expected` says what
+            it should be); names the file.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: malformed JSON ({e}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected {expected}.")
+    return data
+
+
+def read_class_names(root):
+    """Class names from `classes.names`, `labels.txt` or `classes.txt`, one a line.
+
+    Returns:
+        `(names, path)`, or `(None, None)` when there is no such file.
+    """
+    for name in CLASS_NAME_FILES:
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                names = [line.strip() for line in f if line.strip()]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{path!r} lists a class name twice.")
+            return names, path
+    return None, None
 
 
 def file_size(path):

@@ -5,7 +5,6 @@ import json
 import os
 import tempfile
 
-import pytest
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings

@@ -331,6 +331,15 @@ def _class_label(index):
 # --- Reading ----------------------------------------------------------------
 
 
+def refuse_class_label_modes(options, what):
+    """For problems whose `y` is not a class: one-hot and binary make no sense."""
+    if options["label_mode"] in ("categorical", "binary"):
+        raise ValueError(
+            f"`label_mode={options['label_mode']!r}` is for classification; "
+            f"{what}. Leave label_mode='int'."
+        )
+
+
 def check_read_options(info, options):
     spec = info["label_spec"]
     label_mode = options["label_mode"]

@@ -19,7 +19,6 @@ area (counted as `boxes_dropped`). Images without objects are kept. COCO
 `iscrowd` regions are not objects and are skipped.
 """
 
-import json
 import os
 import re
 import xml.etree.ElementTree as ElementTree
@@ -28,6 +27,7 @@ import tensorflow as tf
 
 from keras_datum import images
 from keras_datum import sources
+from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
@@ -44,7 +44,6 @@ BOUNDING_BOX_FORMATS = (
     "rel_yxyx",
 )
 CLASS_KEYS = ("classes", "labels")
-_CLASS_FILES = ("classes.names", "labels.txt", "classes.txt")
 
 
 def find_layout(root, follow_links=False):
@@ -53,18 +52,6 @@ def find_layout(root, follow_links=False):
         if layout is not None:
             return layout
     return None
-
-
-def _read_class_file(root):
-    for name in _CLASS_FILES:
-        path = os.path.join(root, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                names = [line.strip() for line in f if line.strip()]
-            if len(set(names)) != len(names):
-                raise ValueError(f"{path!r} lists a class name twice.")
-            return names, path
-    return None, None
 
 
 def _class_index(class_names, name, where):
@@ -147,7 +134,7 @@ def _find_voc(root, follow_links):
     annotation_dir = os.path.join(root, "Annotations")
     if not (os.path.isdir(image_dir) and os.path.isdir(annotation_dir)):
         return None
-    class_names, class_file = _read_class_file(root)
+    class_names, class_file = sources.read_class_names(root)
     lists = _voc_split_lists(root)
     extra = [class_file] if class_file else []
     ids_by_split = {}
@@ -206,13 +193,7 @@ def parse_coco_json(path):
     Raises:
         ValueError: malformed JSON or missing fields; names the file and item.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: malformed JSON ({e}).") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object with 'images'.")
+    data = sources.read_json_object(path, "a JSON object with 'images'")
 
     def items(key, required):
         value = data.get(key, [])
@@ -380,7 +361,7 @@ def _find_yolo(root, follow_links):
     if os.path.isfile(yaml_path):
         class_names, class_file = _yolo_names_from_yaml(yaml_path), yaml_path
     else:
-        class_names, class_file = _read_class_file(root)
+        class_names, class_file = sources.read_class_names(root)
     if class_names is None:
         raise ValueError(
             f"The YOLO folder {root!r} needs class names in data.yaml or classes.txt."
@@ -454,11 +435,7 @@ def encode(record, options):
 
 
 def check_read_options(info, options):
-    if options["label_mode"] in ("categorical", "binary"):
-        raise ValueError(
-            f"`label_mode={options['label_mode']!r}` is for classification; a "
-            "detection dataset yields box dicts. Leave label_mode='int'."
-        )
+    classification.refuse_class_label_modes(options, "a detection dataset yields box dicts")
     if options["crop_to_aspect_ratio"]:
         raise ValueError(
             "`crop_to_aspect_ratio=True` would cut boxes off; detection "

@@ -26,6 +26,7 @@ from PIL import Image
 from keras_datum import encode as encode_lib
 from keras_datum import images
 from keras_datum import sources
+from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
@@ -53,12 +54,8 @@ def find_layout(root, follow_links=False):
 
 
 def _class_names(root, default):
-    for name in ("classes.txt", "labels.txt", "classes.names"):
-        path = os.path.join(root, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                return [line.strip() for line in f if line.strip()], [path]
-    return default, []
+    names, path = sources.read_class_names(root)
+    return (names, [path]) if names is not None else (default, [])
 
 
 def _layout(name, splits, class_names, extra):
@@ -215,11 +212,9 @@ def encode(record, options):
 
 
 def check_read_options(info, options):
-    if options["label_mode"] in ("categorical", "binary"):
-        raise ValueError(
-            f"`label_mode={options['label_mode']!r}` is for classification; a "
-            "segmentation dataset yields masks of class indices."
-        )
+    classification.refuse_class_label_modes(
+        options, "a segmentation dataset yields masks of class indices"
+    )
 
 
 def resize_mask(mask, options):

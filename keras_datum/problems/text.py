@@ -14,12 +14,12 @@ the one label key's values are class indices or class names. `y` follows
 `TextVectorization` or a KerasHub preprocessor.
 """
 
-import json
 import os
 
 import tensorflow as tf
 
 from keras_datum import encode as encode_lib
+from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
@@ -48,7 +48,7 @@ def _has_text_files(root, follow_links):
             continue
         for name in files:
             lower = name.lower()
-            if lower.endswith(classification.sources.IMAGE_FORMATS):
+            if lower.endswith(sources.IMAGE_FORMATS):
                 return False
             found_text |= lower.endswith(TEXT_FORMATS)
     return found_text
@@ -61,13 +61,7 @@ def parse_datum_json(path):
         ValueError: malformed JSON or an entry without `text` and one label;
             names the file and the id.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: malformed JSON ({e}).") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected an object mapping ids to examples.")
+    data = sources.read_json_object(path, "an object mapping ids to examples")
     rows = []
     for example_id, example in data.items():
         where = f"{path}: example {example_id!r}"
