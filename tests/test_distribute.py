@@ -135,3 +135,14 @@ def test_mixed_policy_images_travel_in_the_compute_dtype(class_folders):
     model.compile("adam", "sparse_categorical_crossentropy")
     history = model.fit(ds.train(), epochs=1, verbose=0)
     assert history.history["loss"][0] > 0
+
+
+def test_file_auto_sharding_when_every_worker_can_get_shards(tmp_path, monkeypatch):
+    import keras_datum.export as export_lib
+
+    monkeypatch.setattr(export_lib, "MIN_EXAMPLES_PER_SHARD", 4)
+    root = make_class_folders(tmp_path / "src", {"a": 20, "b": 20})
+    ds = DatumDataset(root, validation_split=None, verbose=False)
+    policy = ds.train().options().experimental_distribute.auto_shard_policy
+    assert policy == tf.data.experimental.AutoShardPolicy.FILE
+    assert distribute.auto_shard_policy(ds.strategy, 0) == tf.data.experimental.AutoShardPolicy.DATA
