@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 
 CLASS_NAME_FILES = ("classes.names", "labels.txt", "classes.txt")
+# Folder and file names of splits, and the split each one means.
+SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 
 # Every extension `keras.utils.image_dataset_from_directory` accepts, plus the
 # formats TensorFlow cannot decode, which the export converts.
@@ -106,6 +108,20 @@ def read_class_names(root):
                 raise ValueError(f"{path!r} lists a class name twice.")
             return names, path
     return None, None
+
+
+def voc_split_lists(root, task):
+    """VOC's split lists: `ImageSets/<task>/<split>.txt`, else datum's
+    `ImageSets/<split>.txt`. Returns {split: path} (empty when there are none)."""
+    for folder in (os.path.join(root, "ImageSets", task), os.path.join(root, "ImageSets")):
+        lists = {}
+        for name, split in SPLIT_NAMES.items():
+            path = os.path.join(folder, name + ".txt")
+            if os.path.isfile(path) and split not in lists:
+                lists[split] = path
+        if lists:
+            return lists
+    return {}
 
 
 def file_size(path):

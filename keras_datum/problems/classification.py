@@ -37,7 +37,7 @@ from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
 NAME = "classification"
-SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+SPLIT_FOLDERS = sources.SPLIT_NAMES
 LABEL_MODES = ("int", "categorical", "binary", None)
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 

@@ -32,7 +32,7 @@ from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
 NAME = "detection"
-SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+SPLITS = sources.SPLIT_NAMES
 BOUNDING_BOX_FORMATS = (
     "xyxy",
     "rel_xyxy",
@@ -117,25 +117,13 @@ def parse_voc_xml(path):
     return (filename.strip() if filename else None), objects
 
 
-def _voc_split_lists(root):
-    lists = {}
-    for folder in (os.path.join(root, "ImageSets", "Main"), os.path.join(root, "ImageSets")):
-        for file_split, split in SPLITS.items():
-            path = os.path.join(folder, file_split + ".txt")
-            if os.path.isfile(path) and split not in lists:
-                lists[split] = path
-        if lists:
-            return lists
-    return lists
-
-
 def _find_voc(root, follow_links):
     image_dir = os.path.join(root, "JPEGImages")
     annotation_dir = os.path.join(root, "Annotations")
     if not (os.path.isdir(image_dir) and os.path.isdir(annotation_dir)):
         return None
     class_names, class_file = sources.read_class_names(root)
-    lists = _voc_split_lists(root)
+    lists = sources.voc_split_lists(root, "Main")
     extra = [class_file] if class_file else []
     ids_by_split = {}
     if lists:

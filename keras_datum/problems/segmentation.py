@@ -37,7 +37,7 @@ VOC_CLASS_NAMES = [
     "cat", "chair", "cow", "diningtable", "dog", "horse", "motorbike", "person",
     "pottedplant", "sheep", "sofa", "train", "tvmonitor",
 ]
-_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+_SPLITS = sources.SPLIT_NAMES
 _MASK_FORMATS = (".png",)
 
 
@@ -92,14 +92,7 @@ def _find_voc(root):
         for n in sorted(os.listdir(image_dir))
         if n.lower().endswith(sources.IMAGE_FORMATS)
     }
-    lists = {}
-    for folder in (os.path.join(root, "ImageSets", "Segmentation"), os.path.join(root, "ImageSets")):
-        for file_split, split in _SPLITS.items():
-            path = os.path.join(folder, file_split + ".txt")
-            if os.path.isfile(path) and split not in lists:
-                lists[split] = path
-        if lists:
-            break
+    lists = sources.voc_split_lists(root, "Segmentation")
     if lists:
         ids = {}
         for split, path in lists.items():

@@ -26,7 +26,7 @@ from keras_datum.sources import Layout
 
 NAME = "text"
 TEXT_FORMATS = (".txt",)
-_JSON_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+_JSON_SPLITS = sources.SPLIT_NAMES
 
 
 def find_layout(root, follow_links=False):
