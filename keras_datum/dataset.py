@@ -452,6 +452,7 @@ class DatumDataset:
         batch_augment=None,
         pre_batching_callback=None,
         post_batching_callback=None,
+        data_service=None,
     ):
         meta = self._ensure_exported()
         if split not in meta["splits"]:
@@ -492,6 +493,7 @@ class DatumDataset:
             image_dtype=distribute.input_dtype(),
             shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
             cache=self._cache_decoded(meta, split),
+            data_service=data_service,
         )
 
     def _cache_decoded(self, meta, split):
@@ -511,6 +513,7 @@ class DatumDataset:
         batch_augment=None,
         pre_batching_callback=None,
         post_batching_callback=None,
+        data_service=None,
     ):
         """The training split as a `tf.data.Dataset` of `(x, y)` batches.
 
@@ -535,6 +538,12 @@ class DatumDataset:
                 `"categorical"` for the whole dataset, with a warning.
             pre_batching_callback: datum's name for `augment`.
             post_batching_callback: datum's name for `batch_augment`.
+            data_service: a tf.data service dispatcher address
+                (`"grpc://host:port"`): reading, decoding, augmentation and
+                batching run on its workers, each shard file on one worker
+                per epoch (DYNAMIC sharding: every example exactly once per
+                epoch unless a worker dies). The decoded cache is off, and
+                the last batch of each worker may be partial.
 
         Raises:
             TypeError: an augmentation is not a layer or callable.
@@ -545,6 +554,7 @@ class DatumDataset:
         return self._split(
             "train", batch_size, shuffle, repeat, seed,
             augment, batch_augment, pre_batching_callback, post_batching_callback,
+            data_service,
         )
 
     def val(self, *, batch_size="default", shuffle=False, repeat=False, seed=None,

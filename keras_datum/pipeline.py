@@ -99,8 +99,12 @@ def _shard_records(path, expected):
     return blocks.map(lambda block, is_end: block).unbatch()
 
 
-def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic):
-    """The split's serialized examples: shard files interleaved in parallel."""
+def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic, whole):
+    """The split's serialized examples: shard files interleaved in parallel.
+
+    `whole` is False when each reader sees only part of the split (tf.data
+    service workers), so the split's count cannot be asserted.
+    """
     files = tf.data.Dataset.from_tensor_slices(
         (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64))
     )
@@ -115,6 +119,8 @@ def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic)
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
+    if not whole:
+        return dataset
     # The metadata knows the exact count: Keras then shows epoch progress,
     # and a shard that lost records fails loudly instead of shrinking an epoch.
     return dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
@@ -185,6 +191,7 @@ def build(
     image_dtype="float32",
     shard_policy=None,
     cache=False,
+    data_service=None,
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
@@ -193,14 +200,20 @@ def build(
     (after restarting their random generators), so the augmented stream
     repeats exactly; without one they run in parallel. With `cache`, the
     decoded, resized pixels are kept in memory as uint8 after the first
-    epoch (see `decoded_bytes`).
+    epoch (see `decoded_bytes`). With `data_service` (a dispatcher address),
+    everything up to the batches runs on tf.data service workers.
     """
+    if data_service:
+        # Each worker gets other shards in every epoch: a worker-side cache
+        # would hold the wrong examples.
+        cache = False
     paths, counts = _shards(meta, cache_dir, split)
     deterministic = not shuffle or seed is not None
     num_examples = meta["splits"][split]["num_examples"]
     buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
     dataset = _serialized(
-        paths, counts, num_examples, shuffle and not cache, seed, deterministic
+        paths, counts, num_examples, shuffle and not cache, seed, deterministic,
+        whole=not data_service,
     )
 
     def decode(serialized):
@@ -266,6 +279,16 @@ def build(
         return to_keras(inputs)
 
     dataset = dataset.map(finish, num_parallel_calls=AUTOTUNE)
+    if data_service:
+        # DYNAMIC sharding hands each shard file to one worker per epoch, so
+        # every example is produced exactly once per epoch (at most once if a
+        # worker dies mid-epoch).
+        dataset = dataset.apply(
+            tf.data.experimental.service.distribute(
+                processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+                service=data_service,
+            )
+        )
     if shard_policy is not None:
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = shard_policy
