@@ -9,6 +9,7 @@ import sys
 def _export(args):
     from keras_datum.dataset import DatumDataset
 
+    side = "auto" if args.max_image_side is None else args.max_image_side
     ds = DatumDataset(
         args.source,
         cache_dir=args.cache_dir,
@@ -16,6 +17,10 @@ def _export(args):
         seed=args.seed,
         on_invalid=args.on_invalid,
         follow_links=args.follow_links,
+        # Exporting reads no labels, so any layout exports (unlabelled too).
+        label_mode=None,
+        image_size=(args.image_size, args.image_size),
+        max_image_side=None if side == 0 else side,
     )
     meta = ds.export(force=args.force)
     print(f"Cache: {ds.cache_dir}")
@@ -121,6 +126,14 @@ def build_parser():
     export.add_argument("--on-invalid", choices=["skip", "raise"], default="skip")
     export.add_argument("--follow-links", action="store_true")
     export.add_argument("--force", action="store_true", help="export even if cached")
+    export.add_argument(
+        "--image-size", type=int, default=256,
+        help="the training image size; the default size cap is twice it",
+    )
+    export.add_argument(
+        "--max-image-side", type=int, default=None,
+        help="shrink longer sides to this at export (0 keeps originals)",
+    )
     export.set_defaults(run=_export)
 
     info = commands.add_parser("info", help="classes, counts, shards, invalid files")

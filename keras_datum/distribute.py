@@ -52,7 +52,9 @@ def gpu_compute_capabilities():
 
 
 def _has_tpu():
-    return bool(tf.config.list_logical_devices("TPU"))
+    # Physical devices: listing logical ones would start the TensorFlow
+    # runtime, after which users can no longer configure devices or threads.
+    return bool(tf.config.list_physical_devices("TPU"))
 
 
 def auto_policy():

@@ -44,6 +44,8 @@ MIN_EXAMPLES_PER_SHARD = 64
 MAX_SMALL_SHARDS = 16
 # Splits this big are encoded in worker processes; smaller ones in threads.
 PROCESS_POOL_MIN_EXAMPLES = 2000
+# Examples in flight per worker process.
+PROCESS_WINDOW_PER_WORKER = 1024
 # Images in flight per worker thread: enough to hide file latency, few enough
 # that memory stays flat.
 WINDOW_PER_WORKER = 8
@@ -71,7 +73,8 @@ def carve_validation(records, validation_split, seed):
         strata[record.stratum].append(index)
     val_indices = set()
     for members in strata.values():  # In order of first appearance.
-        count = int(round(len(members) * validation_split))
+        # Never take a class's last training example.
+        count = min(int(round(len(members) * validation_split)), len(members) - 1)
         chosen = rng.permutation(len(members))[:count]
         val_indices.update(members[i] for i in chosen)
     train = [r for i, r in enumerate(records) if i not in val_indices]
@@ -151,7 +154,11 @@ def _encoded_stream(encode_one, records, workers):
     ):
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             chunk = max(1, min(256, len(records) // (workers * 16)))
-            yield from pool.imap(encode_one, records, chunksize=chunk)
+            # Windows bound what is in flight: `imap` alone would queue the
+            # whole split and let results pile up faster than they are written.
+            window = workers * PROCESS_WINDOW_PER_WORKER
+            for start in range(0, len(records), window):
+                yield from pool.imap(encode_one, records[start : start + window], chunksize=chunk)
     else:
         yield from _ordered_map(encode_one, records, workers)
 
@@ -237,25 +244,31 @@ def _write_split(
     problem, info, export_options, split, records, folder, seed, on_invalid, workers, progress,
     num_classes,
 ):
-    """Writes one split's shards; returns (split metadata, invalid entries)."""
-    num_bytes = sum(sources.file_size(r.path) for r in records)
-    count = num_shards(len(records), num_bytes)
+    """Writes one split's shards; returns (split metadata, invalid entries).
+
+    Shards are written one after the other, each in the mixed order, so only
+    one file is open at a time however many shards a big split needs.
+    """
+    count = num_shards(len(records), _split_bytes(records))
     stream = SPLIT_STREAMS[split]  # Each split gets its own seeded stream.
     rng = np.random.default_rng([seed, stream])
     order, shard_of = plan_shards(records, count, rng)
+    rank = np.empty(len(records), dtype=np.int64)
+    rank[order] = np.arange(len(records))
+    write_order = np.lexsort((rank, shard_of))
     names = [cache.shard_name(split, i, count) for i in range(count)]
-    writers = [tf.io.TFRecordWriter(os.path.join(folder, n)) for n in names]
     lengths = [0] * count
     invalid = []
     spec = problem.features(info)
     stats = SplitStats()
     class_counts = collections.Counter()
     written = 0
+    writer, open_shard = None, None
+    ordered = [records[i] for i in write_order]
+    encode_one = functools.partial(encode_example, problem.NAME, export_options, spec)
+    results = _encoded_stream(encode_one, ordered, workers)
     try:
-        ordered = [records[i] for i in order]
-        encode_one = functools.partial(encode_example, problem.NAME, export_options, spec)
-        results = _encoded_stream(encode_one, ordered, workers)
-        for index, (result, example_stats) in zip(order, results):
+        for index, (result, example_stats) in zip(write_order, results):
             record, shard = records[index], shard_of[index]
             progress.update(1)
             if isinstance(result, encode.InvalidExampleError):
@@ -268,14 +281,23 @@ def _write_split(
                     {"split": split, "file": record.relpath, "reason": str(result)}
                 )
                 continue
-            writers[shard].write(result)
+            if shard != open_shard:
+                if writer is not None:
+                    writer.close()
+                writer = tf.io.TFRecordWriter(os.path.join(folder, names[shard]))
+                open_shard = shard
+            writer.write(result)
             class_counts[record.stratum] += 1
             lengths[shard] += 1
             written += 1
             stats.add(example_stats)
     finally:
-        for writer in writers:
+        results.close()  # Stops the workers at once when the export fails.
+        if writer is not None:
             writer.close()
+    for name, length in zip(names, lengths):
+        if length == 0:  # Every listed shard exists, even an empty one.
+            tf.io.TFRecordWriter(os.path.join(folder, name)).close()
     info = {
         "num_examples": written,
         "class_counts": [class_counts[i] for i in range(num_classes)]
@@ -285,6 +307,13 @@ def _write_split(
         **stats.as_dict(num_classes),
     }
     return info, invalid
+
+
+def _split_bytes(records):
+    """Bytes a split will take: each file once, and JSON texts by length."""
+    texts = [r.annotation for r in records if isinstance(r.annotation, str)]
+    files = {r.path for r in records if not isinstance(r.annotation, str)}
+    return sum(sources.file_size(p) for p in files) + sum(len(t) for t in texts)
 
 
 def _write_split_or_oserror(*args):
@@ -396,10 +425,12 @@ def export_layout(
                 )
                 invalid += bad
         if split_info["train"]["num_examples"] == 0:
+            first = (
+                f" (first: {invalid[0]['file']!r}: {invalid[0]['reason']})" if invalid else ""
+            )
             raise ValueError(
-                f"No valid image was found in {root!r}: all "
-                f"{len(splits['train'])} training files are invalid "
-                f"(first: {invalid[0]['file']!r}: {invalid[0]['reason']})."
+                f"No valid training example was found in {root!r}: "
+                f"{len(splits['train'])} files, all invalid or carved into val{first}."
             )
         cache.write_json(os.path.join(tmp_dir, cache.REPORT_FILE), invalid)
         meta = {

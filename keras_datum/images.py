@@ -54,11 +54,18 @@ def decode(parsed, options):
             parsed["image"], channels=channels, expand_animations=False
         )
 
-    if channels == 4:  # libjpeg gives no alpha channel.
-        return full()
+    is_jpeg = tf.equal(parsed["image/format"], "jpeg")
+    if channels == 4:  # libjpeg gives no alpha channel: JPEGs get an opaque one.
+
+        def opaque_jpeg():
+            rgb = tf.io.decode_jpeg(parsed["image"], channels=3)
+            alpha = tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), tf.constant(255, tf.uint8))
+            return tf.concat([rgb, alpha], axis=-1)
+
+        return tf.cond(is_jpeg, opaque_jpeg, full)
     target_height, target_width = options["image_size"]
     halve = (
-        tf.equal(parsed["image/format"], "jpeg")
+        is_jpeg
         & (parsed["image/height"] >= 2 * target_height)
         & (parsed["image/width"] >= 2 * target_width)
     )

@@ -54,3 +54,20 @@ def test_demo_shrunk(tmp_path, capsys):
     assert "Classes: ['circle', 'square', 'triangle']" in out
     assert "Validation accuracy:" in out
     assert len(os.listdir(tmp_path / "shapes" / "circle")) == 12
+
+
+def test_export_an_unlabelled_csv_layout_with_a_size_cap(tmp_path, capsys):
+    from PIL import Image
+
+    os.makedirs(tmp_path / "src" / "train")
+    for name in ("a", "b"):
+        Image.new("RGB", (400, 300)).save(tmp_path / "src" / "train" / f"{name}.png")
+    (tmp_path / "src" / "train.csv").write_text("filename\na\nb\n")
+    cache_dir = str(tmp_path / "cache")
+    assert cli.main(["export", str(tmp_path / "src"), "--cache-dir", cache_dir,
+                     "--max-image-side", "100", "--validation-split", "0"]) == 0
+    assert "train: 2 examples" in capsys.readouterr().out
+    from keras_datum import cache
+
+    meta = cache.read_metadata(cache_dir)
+    assert meta["splits"]["train"]["image_sizes"]["width"]["max"] == 100

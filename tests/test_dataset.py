@@ -343,3 +343,17 @@ def test_export_size_cap_shrinks_big_images_once(tmp_path):
                              cache_dir=tmp_path / "orig", verbose=False)
     sizes = {name: pixels.shape for name, _, pixels in read_split(originals, "train")}
     assert sizes["a/big.jpg"] == (300, 400, 3)
+
+
+def test_rgba_reads_jpegs_with_an_opaque_alpha(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2}, ext="jpg")
+    ds = DatumDataset(root, image_size=(16, 16), color_mode="rgba", validation_split=None, verbose=False)
+    x, _ = next(iter(ds.train()))
+    assert x.shape[-1] == 4 and float(tf.reduce_min(x[..., 3])) == 255.0
+
+
+def test_a_big_validation_split_never_empties_a_class(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 1, "b": 2, "c": 5})
+    ds = DatumDataset(root, validation_split=0.9, verbose=False)
+    assert ds.info["splits"]["train"]["class_counts"] == [1, 1, 1]
+    assert ds.num_examples == {"train": 3, "val": 5}

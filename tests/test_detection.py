@@ -237,3 +237,18 @@ def test_mosaic_and_jittered_resize_through_the_pipeline(tmp_path, max_boxes):
         else boxes.numpy()[y["classes"].to_tensor(-1.0).numpy() >= 0]
     assert valid.size > 0
     assert (valid >= -1e-3).all() and (valid <= 64 + 1e-3).all()
+
+
+def test_non_finite_boxes_are_dropped_and_an_added_label_file_reexports(tmp_path):
+    items = draw_items(3)
+    root = write_yolo(tmp_path / "yolo", {"train": items})
+    with open(os.path.join(root, "labels", "train", "img001.txt"), "a") as f:
+        f.write("0 nan 0.5 0.1 0.1\n")
+    ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), validation_split=None, verbose=False)
+    assert ds.info["splits"]["train"]["boxes_dropped"] == 1
+    before = ds.info["splits"]["train"]["objects"]
+    # img000 has no label file; adding one must not be served stale.
+    with open(os.path.join(root, "labels", "train", "img000.txt"), "w") as f:
+        f.write("1 0.5 0.5 0.2 0.2\n")
+    again = DatumDataset(root, image_size=(HEIGHT, WIDTH), validation_split=None, verbose=False)
+    assert again.info["splits"]["train"]["objects"] == [before[0], before[1] + 1]

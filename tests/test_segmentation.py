@@ -152,3 +152,15 @@ def test_size_cap_shrinks_the_mask_with_its_image(tmp_path):
     assert ds.info["splits"]["train"]["image_sizes"]["width"]["max"] == 2 * W
     (_, y), = _pairs(ds.train())
     assert (y[:, : W // 2 - 1] == 2).all() and (y[:, W // 2 + 1 :] == 1).all()
+
+
+def test_a_changed_mask_triggers_a_reexport(tmp_path):
+    items = _draw(7, 2)
+    root = write_pairs(tmp_path / "pairs", {"train": items})
+    ds = DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False)
+    assert ds.info["splits"]["train"]["mask_values"] == [0, 1, 2, 255]
+    path = tmp_path / "pairs" / "masks" / "train" / "s00.png"
+    Image.fromarray(np.full((H, W), 3, np.uint8), mode="L").save(path)
+    os.utime(path, ns=(1, 1))
+    again = DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False)
+    assert again.info["splits"]["train"]["mask_values"] == [0, 2, 3, 255]

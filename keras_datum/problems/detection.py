@@ -19,6 +19,7 @@ area (counted as `boxes_dropped`). Images without objects are kept. COCO
 `iscrowd` regions are not objects and are skipped.
 """
 
+import math
 import os
 import re
 import xml.etree.ElementTree as ElementTree
@@ -366,8 +367,9 @@ def _find_yolo(root, follow_links):
             rel = sources.relative_path(image_path, os.path.join(images_root, folder))
             label_path = os.path.join(label_dir, os.path.splitext(rel)[0] + ".txt")
             boxes, classes = [], []
+            # Fingerprinted even when missing, so that adding one re-exports.
+            extra.append(label_path)
             if os.path.isfile(label_path):
-                extra.append(label_path)
                 boxes, classes = parse_yolo_labels(label_path, len(class_names))
             records.append(_record(root, image_path, boxes, classes, "rel_center_xywh"))
         splits[split] = records
@@ -406,7 +408,9 @@ def encode(record, options):
     for box, cls in zip(annotation["boxes"], annotation["classes"]):
         rel = _to_rel_xyxy(box, annotation["format"], height, width)
         inside = [min(max(v, 0.0), 1.0) for v in rel]
-        if inside[2] <= inside[0] or inside[3] <= inside[1]:
+        if not all(math.isfinite(v) for v in rel) or (
+            inside[2] <= inside[0] or inside[3] <= inside[1]
+        ):
             dropped += 1
             continue
         if inside != rel:

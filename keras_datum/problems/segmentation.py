@@ -116,6 +116,7 @@ def _find_voc(root):
                 image_dir, stem + ".jpg", mask
             )
             splits[split].append(_record(root, image, mask))
+            extra.append(mask)  # A changed mask must trigger a re-export.
     if not splits.get("train"):
         raise ValueError(f"The VOC segmentation folder {root!r} lists no masks.")
     return _layout("voc_segmentation", splits, class_names, extra)
@@ -143,6 +144,7 @@ def _find_pairs(root, follow_links):
             # A missing mask is an invalid example, reported at export.
             mask = masks.get(stem, os.path.join(mask_dir, stem + ".png"))
             records.append(_record(root, image, mask))
+            extra.append(mask)  # A changed (or added) mask must trigger a re-export.
         splits[split] = records
     if not splits.get("train"):
         raise ValueError(f"No images found in {os.path.join(image_root, folders.get('train', ''))!r}.")
