@@ -111,6 +111,18 @@ def validate_metadata(meta, path):
         "'class_names' must hold strings",
     )
     _require("train" in meta["splits"], path, "there is no 'train' split")
+    _require(isinstance(meta["label_spec"].get("type"), str), path, "'label_spec' has no type")
+    _require(
+        isinstance(meta["invalid_files"].get("count"), int), path, "'invalid_files' has no count"
+    )
+    for name, feature in meta["features"].items():
+        _require(
+            isinstance(feature, dict)
+            and feature.get("dtype") in ("string", "int64", "float32")
+            and (feature.get("shape") is None or isinstance(feature.get("shape"), list)),
+            path,
+            f"feature {name!r} needs a dtype (string, int64, float32) and a shape (list or null)",
+        )
     for split, info in meta["splits"].items():
         _require(isinstance(info, dict), path, f"split {split!r} must be an object")
         shards = info.get("shards")

@@ -1,5 +1,6 @@
 """`DatumDataset`: checks arguments, exports on first use, hands out splits."""
 
+import json
 import os
 
 from keras_datum import augment as augment_lib
@@ -420,8 +421,6 @@ class DatumDataset:
     @property
     def invalid_files(self):
         """The files left out at export, each with its split and reason."""
-        import json
-
         with open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
             return json.load(f)
 

@@ -48,7 +48,6 @@ class EncodedImage:
     format: str  # "jpeg" or "png"
     height: int
     width: int
-    converted: bool
     source_size: tuple  # (height, width) of the upright source image.
 
 
@@ -144,7 +143,7 @@ def encode_image(path, max_side=None):
 
     if keep:
         fmt = source_format.lower()
-        return EncodedImage(data, fmt, height, width, False, source_size)
+        return EncodedImage(data, fmt, height, width, source_size)
     upright = ImageOps.exif_transpose(image)
     if source_format == "JPEG":
         upright = upright.convert("L" if upright.mode == "L" else "RGB")
@@ -155,6 +154,4 @@ def encode_image(path, max_side=None):
             upright = upright.convert("RGBA" if "transparency" in upright.info else "RGB")
         upright.thumbnail((max_side, max_side), Image.Resampling.BICUBIC)
     fmt = "jpeg" if source_format == "JPEG" else "png"
-    return EncodedImage(
-        _save(upright, fmt), fmt, upright.height, upright.width, True, source_size
-    )
+    return EncodedImage(_save(upright, fmt), fmt, upright.height, upright.width, source_size)

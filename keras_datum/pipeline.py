@@ -7,6 +7,7 @@ import os
 
 import tensorflow as tf
 
+from keras_datum import export
 from keras_datum import images
 from keras_datum import problems
 
@@ -21,9 +22,15 @@ _DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
 
 
 def parse_spec(features):
-    """The `tf.io.parse_single_example` spec for the metadata's feature spec."""
+    """The `tf.io.parse_single_example` spec for the metadata's feature spec.
+
+    The source file name is stored for reports and debugging, not read back:
+    parsing it for every example would be work thrown away.
+    """
     spec = {}
     for name, feature in features.items():
+        if name in export.SOURCE_FEATURES:
+            continue
         dtype = _DTYPES[feature["dtype"]]
         if feature["shape"] is None:
             spec[name] = tf.io.VarLenFeature(dtype)
@@ -236,25 +243,30 @@ def build(
         dataset = dataset.repeat()
     if not cache:
         dataset = dataset.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    floats_per_example = cache and augment is not None
-    if floats_per_example:
-        dataset = dataset.map(_pixels_as(tf.float32), num_parallel_calls=AUTOTUNE)
-    augment_calls = AUTOTUNE if seed is None else None
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:
             augmentation.reseed(seed)
     labels_spec = dataset.element_spec.get("labels")
     int_labels = labels_spec is not None and labels_spec.dtype.is_integer
-    if int_labels and (augment is not None or batch_augment is not None):
-        # KerasCV layers mix float and integer labels across their branches
-        # (RandAugment fails on int32), so labels are float32 while augmented
-        # and cast back at the end; class indices survive exactly.
-        dataset = dataset.map(
-            lambda inputs: dict(inputs, labels=tf.cast(inputs["labels"], tf.float32)),
-            num_parallel_calls=AUTOTUNE,
-        )
+    to_float = _pixels_as(tf.float32)
+
+    def augmented(augmentation):
+        """`augmentation` on what the layers take: float32 pixels (cached ones
+        are uint8) and float32 labels. KerasCV layers mix float and integer
+        labels across their branches (RandAugment fails on int32); class
+        indices survive the round trip exactly."""
+
+        def apply(inputs):
+            inputs = to_float(inputs)
+            if int_labels:
+                inputs["labels"] = tf.cast(inputs["labels"], tf.float32)
+            return augmentation(inputs)
+
+        return apply
+
+    augment_calls = AUTOTUNE if seed is None else None
     if augment is not None:
-        dataset = dataset.map(augment, num_parallel_calls=augment_calls)
+        dataset = dataset.map(augmented(augment), num_parallel_calls=augment_calls)
     problem = problems.get(meta["problem"])
     if hasattr(problem, "batch"):
         dataset = problem.batch(dataset, batch_size, options)
@@ -262,13 +274,9 @@ def build(
         dataset = dataset.batch(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
         )
-    if cache and not floats_per_example and batch_augment is not None:
-        dataset = dataset.map(_pixels_as(tf.float32), num_parallel_calls=AUTOTUNE)
     if batch_augment is not None:
-        dataset = dataset.map(batch_augment, num_parallel_calls=augment_calls)
+        dataset = dataset.map(augmented(batch_augment), num_parallel_calls=augment_calls)
     to_keras = problem.to_keras
-
-    to_float = _pixels_as(tf.float32)
 
     def finish(inputs):
         inputs = to_float(inputs)  # Cached uint8 pixels, unless cast earlier.

@@ -110,3 +110,15 @@ def test_lock_timeout_names_the_holder(tmp_path):
         holder.wait()
     with cache.export_lock(cache_dir, 5):  # Released when its holder died.
         pass
+
+
+def test_a_bad_feature_spec_in_metadata_is_a_cache_error(class_folders):
+    ds = _exported(class_folders)
+    path = os.path.join(ds.cache_dir, "metadata.json")
+    with open(path) as f:
+        meta = json.load(f)
+    meta["features"]["label"] = {"dtype": "complex128"}
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(CacheError, match="feature 'label' needs a dtype"):
+        cache.read_metadata(ds.cache_dir)
