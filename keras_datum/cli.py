@@ -22,7 +22,13 @@ def _export(args):
         image_size=(args.image_size, args.image_size),
         max_image_side=None if side == 0 else side,
     )
-    meta = ds.export(force=args.force)
+    if args.beam_args and not args.runner:
+        raise ValueError(f"Unknown arguments {args.beam_args} (Beam options need --runner).")
+    meta = ds.export(
+        force=args.force,
+        runner=args.runner,
+        beam_options=args.beam_args if args.runner else None,
+    )
     print(f"Cache: {ds.cache_dir}")
     _print_info(meta, ds.cache_dir)
 
@@ -134,6 +140,12 @@ def build_parser():
         "--max-image-side", type=int, default=None,
         help="shrink longer sides to this at export (0 keeps originals)",
     )
+    export.add_argument(
+        "--runner", default=None,
+        help="write the shards with this Apache Beam runner (DirectRunner, "
+        "DataflowRunner, FlinkRunner, SparkRunner); other --flags are passed "
+        "to the pipeline as its options",
+    )
     export.set_defaults(run=_export)
 
     info = commands.add_parser("info", help="classes, counts, shards, invalid files")
@@ -164,7 +176,12 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Flags the CLI does not know are Beam pipeline options, for export only.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "export":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.beam_args = unknown
     try:
         return args.run(args) or 0
     except (ValueError, FileNotFoundError, TimeoutError) as e:

@@ -5,6 +5,7 @@ import os
 
 from keras_datum import augment as augment_lib
 from keras_datum import cache as cache_lib
+from keras_datum import datum_format
 from keras_datum import distribute
 from keras_datum import export as export_lib
 from keras_datum import images
@@ -32,6 +33,14 @@ AUTO_SIDE_FACTOR = 2
 ON_INVALID = ("skip", "raise")
 # How long a process waits for another one's export of the same cache.
 LOCK_TIMEOUT_SECONDS = 3600
+# What `from_tfrecords` takes: the options that concern reading.
+DATUM_READ_OPTIONS = (
+    "image_size", "batch_size", "label_mode", "color_mode", "interpolation",
+    "crop_to_aspect_ratio", "pad_to_aspect_ratio", "seed", "shuffle",
+    "shuffle_buffer_size", "problem", "bounding_box_format", "max_boxes",
+    "bounding_box_class_key", "cache", "cache_budget", "strategy",
+    "mixed_precision", "verbose",
+)
 
 
 def _choice(name, value, allowed):
@@ -109,7 +118,9 @@ class DatumDataset:
     ```
 
     Args:
-        source: the source folder.
+        source: the source folder, or a folder written by the original
+            `datum` package (`shard_info.json`), which is read in place as
+            `from_tfrecords` reads it.
         image_size: `(height, width)` the images are resized to when read.
             Defaults to `(256, 256)`, as in Keras.
         batch_size: examples per batch, or `None` for unbatched elements.
@@ -285,6 +296,12 @@ class DatumDataset:
         self.cache_dir = os.path.abspath(
             os.fspath(cache_dir) if cache_dir else cache_lib.default_cache_dir(source)
         )
+        # A datum export is read in place, like a cache: nothing is exported
+        # and nothing is written (see `from_tfrecords`).
+        self._datum_export = datum_format.is_export(self.source)
+        self._datum_class_names = None
+        if self._datum_export:
+            self.cache_dir = self.source
         self._read_options = {
             "image_size": self._image_size,
             "label_mode": label_mode,
@@ -320,23 +337,124 @@ class DatumDataset:
         # after the dataset (inside `ds.strategy.scope()`) uses the policy.
         self.mixed_precision = distribute.apply_mixed_precision(mixed_precision)
 
+    @classmethod
+    def from_tfrecords(cls, path, *, class_names=None, **options):
+        """Reads an export of the original `datum` package, in place.
+
+        ```
+        path/
+          train-00000-of-00002.tfrecord ...
+          val-00000-of-00001.tfrecord
+          shard_info.json
+          datum_to_type_and_shape_mapping.json
+        ```
+
+        datum's image classification exports (an `image` and numeric label
+        columns) and VOC detection exports (`image`, `xmin`, `xmax`, `ymin`,
+        `ymax`, `labels`) give the same `(x, y)` as a `DatumDataset` of the
+        source folder. Nothing is exported, validated or written: the shards
+        are read where they are. `DatumDataset(path)` notices a datum export
+        and reads it the same way. See `docs/interop.md`.
+
+        Args:
+            path: the folder datum wrote.
+            class_names: the class names in label order; for detection, the
+                lines of datum's `classes.names` (datum's label 1 is class 0).
+                Defaults to `None`: a `classes.names`, `labels.txt` or
+                `classes.txt` in the folder, else the labels are read once
+                (per process) and the classes named `"0"`, `"1"`, ...
+                (`"1"`, `"2"`, ... after datum's labels for detection).
+            **options: the reading options of `DatumDataset` (`image_size`,
+                `batch_size`, `label_mode`, `color_mode`, `interpolation`,
+                `crop_to_aspect_ratio`, `pad_to_aspect_ratio`, `seed`,
+                `shuffle`, `shuffle_buffer_size`, `problem`,
+                `bounding_box_format`, `max_boxes`, `bounding_box_class_key`,
+                `cache`, `cache_budget`, `strategy`, `mixed_precision`,
+                `verbose`), with the same defaults.
+
+        Returns:
+            A `DatumDataset` whose `train()`, `val()` and `test()` read the
+            splits datum wrote.
+
+        Raises:
+            FileNotFoundError: `path`, one of its JSON files or a shard that
+                `shard_info.json` lists is missing; the message names it.
+            ValueError: a bad option or `class_names`, malformed JSON, or
+                features that are neither layout above; names the file.
+            TypeError: an export-only option (`validation_split`, `cache_dir`,
+                ...), which does not apply to files read in place.
+
+        Example:
+
+        ```python
+        ds = DatumDataset.from_tfrecords("voc_tfrecords/", problem="detection",
+                                         bounding_box_format="xywh", max_boxes=32)
+        model.fit(ds.train(), validation_data=ds.val(), epochs=10)
+        ```
+        """
+        unknown = sorted(set(options) - set(DATUM_READ_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"from_tfrecords() got options it does not take: {unknown}. A datum "
+                "export is read as it is; it takes the reading options "
+                f"{', '.join(DATUM_READ_OPTIONS)}."
+            )
+        if class_names is not None and (
+            not isinstance(class_names, (list, tuple))
+            or not all(isinstance(n, str) for n in class_names)
+            or len(set(class_names)) != len(class_names)
+        ):
+            raise ValueError(
+                "`class_names` must be a list of distinct strings or None. "
+                f"Received: class_names={class_names!r}"
+            )
+        dataset = cls(path, **options)
+        # The JSON files, the shards' presence and the feature layout are
+        # checked now, before any shard is read.
+        datum_format.check_export(dataset.source, options.get("problem"))
+        dataset._datum_class_names = None if class_names is None else list(class_names)
+        return dataset
+
     # --- Export and cache ---------------------------------------------------
 
-    def export(self, force=False):
+    def export(self, force=False, *, runner=None, beam_options=None):
         """Exports now unless a valid, up-to-date cache exists.
 
         Args:
             force: export even when the cache is up to date.
+            runner: `None` exports in this process (on every core); a Beam
+                runner name (`"DirectRunner"`, `"DataflowRunner"`,
+                `"FlinkRunner"`, `"SparkRunner"`) writes the shards with an
+                Apache Beam pipeline instead (needs `keras-datum[beam]`). The
+                cache is the same either way, and later uses reuse it.
+            beam_options: the pipeline's options when `runner` is set: a
+                `PipelineOptions`, a dict, or a list of command-line flags
+                (`["--direct_num_workers=4"]`).
 
         Returns:
             The metadata dict (the same as `info`).
         """
-        self._meta = None
-        return self._ensure_exported(force=force)
+        if runner is not None:
+            from keras_datum import beam
 
-    def _ensure_exported(self, force=False):
+            beam.pipeline_options(runner, beam_options)  # Checked before any work.
+        elif beam_options is not None:
+            raise ValueError("`beam_options` needs a `runner`. Received: runner=None")
+        self._meta = None
+        return self._ensure_exported(force=force, runner=runner, beam_options=beam_options)
+
+    def _ensure_exported(self, force=False, runner=None, beam_options=None):
         if self._meta is not None:
             return self._meta
+        if self._datum_export:
+            return self._use(
+                datum_format.read_metadata(
+                    self.source,
+                    self._export_options["problem"],
+                    self._datum_class_names,
+                    verbose=self._verbose,
+                )
+            )
         export_lib.check_cache_target(self.cache_dir)
         if self._reexport == "never" and not force:
             meta = cache_lib.read_metadata(self.cache_dir)
@@ -371,6 +489,8 @@ class DatumDataset:
                     export_options=self._export_options,
                     on_invalid=self._on_invalid,
                     verbose=self._verbose,
+                    runner=runner,
+                    beam_options=beam_options,
                 )
         return self._use(meta)
 
@@ -421,6 +541,8 @@ class DatumDataset:
     @property
     def invalid_files(self):
         """The files left out at export, each with its split and reason."""
+        if self._datum_export:
+            return []  # datum's shards are read as they are: nothing was left out.
         with open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
             return json.load(f)
 

@@ -80,9 +80,22 @@ def input_dtype():
     return keras.mixed_precision.global_policy().compute_dtype
 
 
+def num_workers(strategy):
+    """Worker machines (processes) in `strategy`'s cluster: 1 without a cluster.
+
+    `MultiWorkerMirroredStrategy` knows its cluster from `TF_CONFIG` through
+    its cluster resolver; other strategies have none.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+
+
 def auto_shard_policy(strategy, num_files):
     """FILE sharding when every worker can get its own shard files, else DATA."""
-    workers = getattr(strategy.extended, "_num_workers", 1) or 1
+    workers = num_workers(strategy)
     if num_files >= workers:
         return tf.data.experimental.AutoShardPolicy.FILE
     return tf.data.experimental.AutoShardPolicy.DATA

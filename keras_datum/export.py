@@ -32,6 +32,7 @@ from keras_datum import cache
 from keras_datum import encode
 from keras_datum import problems
 from keras_datum import sources
+from keras_datum import tfds_metadata
 from keras_datum.version import __version__
 
 # Big datasets get shards of about this size: large enough for sequential
@@ -53,10 +54,13 @@ SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
 SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
 
 
-def num_shards(num_examples, num_bytes):
+def num_shards(num_examples, num_bytes, min_shards=1):
+    """Shards for a split: by size, by count, and at least `min_shards` (one
+    per training worker, so each reads its own files) when there are enough
+    examples."""
     by_size = math.ceil(num_bytes / TARGET_SHARD_BYTES)
     by_count = min(MAX_SMALL_SHARDS, num_examples // MIN_EXAMPLES_PER_SHARD)
-    return max(1, by_size, by_count)
+    return max(1, by_size, by_count, min(min_shards, num_examples))
 
 
 def carve_validation(records, validation_split, seed):
@@ -164,23 +168,34 @@ def _encoded_stream(encode_one, records, workers):
 
 
 class SplitStats:
-    """Adds up the stats that a problem's `encode` returns for each example.
+    """What one shard (or, merged, one split) of an export holds.
 
+    Counts the examples written per class and the invalid ones left out, and
+    adds up the stats that a problem's `encode` returns for each example:
     `height`/`width` give image size statistics; other integers are summed
     (boxes clipped, boxes dropped); lists of ints are counted per value
-    (objects per class); sets are merged (mask values seen).
+    (objects per class); sets are merged (mask values seen). Tallies of
+    shards written apart (by Beam workers) merge into the split's, and travel
+    as JSON.
     """
 
     def __init__(self):
-        self.sizes = {"height": [], "width": []}
+        self.num_examples = 0
+        self.class_counts = collections.Counter()
+        self.invalid = []
+        # [min, max, sum, count] of each side, so that shards merge.
+        self.sizes = {}
         self.sums = collections.Counter()
         self.counts = collections.defaultdict(collections.Counter)
         self.unions = collections.defaultdict(set)
 
-    def add(self, stats):
+    def add(self, stratum, stats):
+        self.num_examples += 1
+        self.class_counts[stratum] += 1
         for key, value in stats.items():
-            if key in self.sizes:
-                self.sizes[key].append(value)
+            if key in ("height", "width"):
+                low, high, total, count = self.sizes.get(key, (value, value, 0, 0))
+                self.sizes[key] = (min(low, value), max(high, value), total + value, count + 1)
             elif isinstance(value, int):
                 self.sums[key] += value
             elif isinstance(value, list):
@@ -188,8 +203,49 @@ class SplitStats:
             else:
                 self.unions[key].update(value)
 
+    def merge(self, other):
+        self.num_examples += other.num_examples
+        self.class_counts.update(other.class_counts)
+        self.invalid += other.invalid
+        for key, (low, high, total, count) in other.sizes.items():
+            mine = self.sizes.get(key, (low, high, 0, 0))
+            self.sizes[key] = (
+                min(mine[0], low), max(mine[1], high), mine[2] + total, mine[3] + count
+            )
+        self.sums.update(other.sums)
+        for key, counter in other.counts.items():
+            self.counts[key].update(counter)
+        for key, values in other.unions.items():
+            self.unions[key].update(values)
+
+    def to_json(self):
+        return {
+            "num_examples": self.num_examples,
+            # Strata are class indices or None; JSON keys must be strings.
+            "class_counts": [[k, v] for k, v in self.class_counts.items()],
+            "invalid": self.invalid,
+            "sizes": self.sizes,
+            "sums": dict(self.sums),
+            "counts": {k: [[v, n] for v, n in c.items()] for k, c in self.counts.items()},
+            "unions": {k: sorted(int(v) for v in s) for k, s in self.unions.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data):
+        tally = cls()
+        tally.num_examples = data["num_examples"]
+        tally.class_counts.update({k: v for k, v in data["class_counts"]})
+        tally.invalid = list(data["invalid"])
+        tally.sizes = {k: tuple(v) for k, v in data["sizes"].items()}
+        tally.sums.update(data["sums"])
+        for key, pairs in data["counts"].items():
+            tally.counts[key].update({v: n for v, n in pairs})
+        for key, values in data["unions"].items():
+            tally.unions[key].update(values)
+        return tally
+
     def as_dict(self, num_classes):
-        out = {"image_sizes": _size_stats(self.sizes["height"], self.sizes["width"])}
+        out = {"image_sizes": _size_stats(self.sizes)}
         out.update(self.sums)
         for key, counter in self.counts.items():
             size = max(num_classes, max(counter, default=-1) + 1)
@@ -237,76 +293,101 @@ def serialize(record, features, spec):
     features = {name: _feature(v, spec[name]["dtype"]) for name, v in features.items()}
     features["source/filename"] = _feature(record.relpath.encode("utf-8"), "string")
     example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString()
+    # Map entries sorted by key: the bytes do not depend on the process (its
+    # hash seed), so a Beam worker writes what the local exporter writes.
+    return example.SerializeToString(deterministic=True)
 
 
-def _write_split(
-    problem, info, export_options, split, records, folder, seed, on_invalid, workers, progress,
-    num_classes,
-):
-    """Writes one split's shards; returns (split metadata, invalid entries).
+def plan_split(records, split, seed, min_shards=1):
+    """The shards of one split: `[(shard file name, records in write order)]`.
 
-    Shards are written one after the other, each in the mixed order, so only
-    one file is open at a time however many shards a big split needs.
+    The plan depends only on the records, the seed and `min_shards`, so the
+    local export and a Beam export of the same folder write the same shards.
     """
-    count = num_shards(len(records), _split_bytes(records))
-    stream = SPLIT_STREAMS[split]  # Each split gets its own seeded stream.
-    rng = np.random.default_rng([seed, stream])
+    count = num_shards(len(records), _split_bytes(records), min_shards)
+    rng = np.random.default_rng([seed, SPLIT_STREAMS[split]])  # A stream per split.
     order, shard_of = plan_shards(records, count, rng)
-    rank = np.empty(len(records), dtype=np.int64)
-    rank[order] = np.arange(len(records))
-    write_order = np.lexsort((rank, shard_of))
-    names = [cache.shard_name(split, i, count) for i in range(count)]
-    lengths = [0] * count
-    invalid = []
-    spec = problem.features(info)
-    stats = SplitStats()
-    class_counts = collections.Counter()
-    written = 0
-    writer, open_shard = None, None
-    ordered = [records[i] for i in write_order]
-    encode_one = functools.partial(encode_example, problem.NAME, export_options, spec)
-    results = _encoded_stream(encode_one, ordered, workers)
-    try:
-        for index, (result, example_stats) in zip(write_order, results):
-            record, shard = records[index], shard_of[index]
-            progress.update(1)
+    members = [[] for _ in range(count)]
+    for index in order:
+        members[shard_of[index]].append(records[index])
+    return [(cache.shard_name(split, i, count), m) for i, m in enumerate(members)]
+
+
+def write_shard(path, split, records, results, on_invalid, progress=None):
+    """Writes one shard; returns its `SplitStats`.
+
+    Args:
+        path: the shard file.
+        split: the split's name, for the invalid-file report.
+        records: the shard's records in write order.
+        results: `encode_example`'s results for `records`, in the same
+            order (an iterator: only `len(records)` are taken from it).
+        on_invalid: `"skip"` reports invalid examples, `"raise"` raises.
+        progress: called once per example, when given.
+    """
+    tally = SplitStats()
+    with tf.io.TFRecordWriter(path) as writer:  # Even an empty shard exists.
+        for record, (result, stats) in zip(records, results):
+            if progress is not None:
+                progress()
             if isinstance(result, encode.InvalidExampleError):
                 if on_invalid == "raise":
                     raise type(result)(
                         f"Invalid example {record.path!r}: {result}. Pass "
                         "on_invalid='skip' to leave such files out."
                     )
-                invalid.append(
+                tally.invalid.append(
                     {"split": split, "file": record.relpath, "reason": str(result)}
                 )
                 continue
-            if shard != open_shard:
-                if writer is not None:
-                    writer.close()
-                writer = tf.io.TFRecordWriter(os.path.join(folder, names[shard]))
-                open_shard = shard
             writer.write(result)
-            class_counts[record.stratum] += 1
-            lengths[shard] += 1
-            written += 1
-            stats.add(example_stats)
-    finally:
-        results.close()  # Stops the workers at once when the export fails.
-        if writer is not None:
-            writer.close()
-    for name, length in zip(names, lengths):
-        if length == 0:  # Every listed shard exists, even an empty one.
-            tf.io.TFRecordWriter(os.path.join(folder, name)).close()
+            tally.add(record.stratum, stats)
+    return tally
+
+
+def split_metadata(shards, tallies, num_classes):
+    """The split's metadata from its shards' tallies; and its invalid entries."""
+    total = SplitStats()
+    for tally in tallies:
+        total.merge(tally)
     info = {
-        "num_examples": written,
-        "class_counts": [class_counts[i] for i in range(num_classes)]
+        "num_examples": total.num_examples,
+        "class_counts": [total.class_counts[i] for i in range(num_classes)]
         if num_classes
         else None,
-        "shards": [{"file": n, "num_examples": k} for n, k in zip(names, lengths)],
-        **stats.as_dict(num_classes),
+        "shards": [
+            {"file": name, "num_examples": t.num_examples}
+            for (name, _), t in zip(shards, tallies)
+        ],
+        **total.as_dict(num_classes),
     }
-    return info, invalid
+    return info, total.invalid
+
+
+def _write_locally(problem, spec, export_options, plans, folder, on_invalid, progress):
+    """Writes every split's shards in this process; returns their tallies.
+
+    Shards are written one after the other, so only one file is open at a
+    time however many shards a big split needs, while one stream of encoded
+    examples per split keeps every core busy across shard boundaries.
+    """
+    workers = os.cpu_count() or 1
+    encode_one = functools.partial(encode_example, problem.NAME, export_options, spec)
+    tallies = {}
+    for split, shards in plans.items():
+        ordered = [record for _, members in shards for record in members]
+        results = _encoded_stream(encode_one, ordered, workers)
+        try:
+            tallies[split] = [
+                write_shard(
+                    os.path.join(folder, name), split, members, results, on_invalid,
+                    lambda: progress.update(1),
+                )
+                for name, members in shards
+            ]
+        finally:
+            results.close()  # Stops the workers at once when the export fails.
+    return tallies
 
 
 def _split_bytes(records):
@@ -316,21 +397,10 @@ def _split_bytes(records):
     return sum(sources.file_size(p) for p in files) + sum(len(t) for t in texts)
 
 
-def _write_split_or_oserror(*args):
-    """`_write_split`, with TensorFlow's write errors (disk full, permission
-    denied) turned into the `OSError` a Python user expects."""
-    try:
-        return _write_split(*args)
-    except tf.errors.OpError as e:
-        raise OSError(f"Cannot write the cache: {e.message}") from e
-
-
-def _size_stats(heights, widths):
-    if not heights:
-        return {}
+def _size_stats(sizes):
     return {
-        name: {"min": int(np.min(v)), "mean": float(np.mean(v)), "max": int(np.max(v))}
-        for name, v in (("height", heights), ("width", widths))
+        name: {"min": int(low), "mean": float(total / count), "max": int(high)}
+        for name, (low, high, total, count) in sorted(sizes.items())
     }
 
 
@@ -388,10 +458,14 @@ def export_layout(
     export_options,
     on_invalid="skip",
     verbose=True,
+    runner=None,
+    beam_options=None,
 ):
     """Writes `layout` into `cache_dir`; returns the metadata dict.
 
-    Call it holding `cache.export_lock(cache_dir)`.
+    Call it holding `cache.export_lock(cache_dir)`. With a `runner`, the
+    shards are written by an Apache Beam pipeline (see `beam.py`); the plan,
+    the metadata and the commit are the same either way.
 
     Raises:
         ValueError: no valid image was found, or an invalid one was found
@@ -403,27 +477,43 @@ def export_layout(
     remove_leftovers(cache_dir)
     seed = export_options["seed"]
     splits, carved = plan_splits(layout, export_options["validation_split"], seed)
+    min_shards = export_options.get("min_shards", 1)
+    plans = {
+        split: plan_split(records, split, seed, min_shards)
+        for split, records in splits.items()
+    }
     problem = problems.get(layout.problem)
+    feature_spec = problem.features(layout.info)
     tmp_dir = f"{cache_dir.rstrip(os.sep)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp_dir)
-    workers = os.cpu_count() or 1
     total = sum(len(r) for r in splits.values())
     spec = layout.info["label_spec"]
     num_classes = spec["num_classes"] if spec["type"] == "class" else 0
     try:
-        split_info, invalid = {}, []
-        with tqdm(
-            total=total, desc="Exporting", unit="img", disable=not verbose
-        ) as progress:
-            for split, records in splits.items():
-                split_info[split], bad = _write_split_or_oserror(
-                    problem,
-                    layout.info,
-                    export_options,
-                    split, records, tmp_dir, seed, on_invalid, workers, progress,
-                    num_classes,
+        try:
+            if runner is None:
+                with tqdm(
+                    total=total, desc="Exporting", unit="img", disable=not verbose
+                ) as progress:
+                    tallies = _write_locally(
+                        problem, feature_spec, export_options, plans, tmp_dir,
+                        on_invalid, progress,
+                    )
+            else:
+                from keras_datum import beam
+
+                tallies = beam.write_shards(
+                    problem.NAME, feature_spec, export_options, plans, tmp_dir,
+                    on_invalid, runner, beam_options, verbose,
                 )
-                invalid += bad
+        except tf.errors.OpError as e:
+            # TensorFlow's write errors (disk full, permission denied) as the
+            # `OSError` a Python user expects.
+            raise OSError(f"Cannot write the cache: {e.message}") from e
+        split_info, invalid = {}, []
+        for split, shards in plans.items():
+            split_info[split], bad = split_metadata(shards, tallies[split], num_classes)
+            invalid += bad
         if split_info["train"]["num_examples"] == 0:
             first = (
                 f" (first: {invalid[0]['file']!r}: {invalid[0]['reason']})" if invalid else ""
@@ -443,7 +533,7 @@ def export_layout(
             "class_names": layout.info["class_names"],
             "label_spec": layout.info["label_spec"],
             "splits": split_info,
-            "features": {**SOURCE_FEATURES, **problem.features(layout.info)},
+            "features": {**SOURCE_FEATURES, **feature_spec},
             "export_options": export_options,
             "validation_carve": {
                 "carved": carved,
@@ -455,6 +545,7 @@ def export_layout(
             "source_fingerprint": fingerprint,
             "invalid_files": {"count": len(invalid), "report": cache.REPORT_FILE},
         }
+        tfds_metadata.write_tfds_metadata(tmp_dir, meta)
         cache.write_json(os.path.join(tmp_dir, cache.METADATA_FILE), meta)
         _commit(tmp_dir, cache_dir)
     except BaseException:

@@ -7,6 +7,7 @@ import os
 
 import tensorflow as tf
 
+from keras_datum import datum_format
 from keras_datum import export
 from keras_datum import images
 from keras_datum import problems
@@ -41,6 +42,9 @@ def parse_spec(features):
 
 def decode_example(serialized, meta, options):
     """One serialized example -> the problem's KerasCV dict."""
+    if datum_format.META_KEY in meta:  # A datum export, read in place.
+        parsed = datum_format.parse_example(serialized, meta)
+        return problems.get(meta["problem"]).decode(parsed, meta, options)
     parsed = tf.io.parse_single_example(serialized, parse_spec(meta["features"]))
     parsed = {
         k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
@@ -199,6 +203,7 @@ def build(
     shard_policy=None,
     cache=False,
     data_service=None,
+    shard_subset=None,
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
@@ -208,15 +213,27 @@ def build(
     repeats exactly; without one they run in parallel. With `cache`, the
     decoded, resized pixels are kept in memory as uint8 after the first
     epoch (see `decoded_bytes`). With `data_service` (a dispatcher address),
-    everything up to the batches runs on tf.data service workers.
+    everything up to the batches runs on tf.data service workers. With
+    `shard_subset=(index, count)` this pipeline reads only every `count`-th
+    shard file from the `index`-th: one worker's share of the split.
     """
     if data_service:
         # Each worker gets other shards in every epoch: a worker-side cache
         # would hold the wrong examples.
         cache = False
     paths, counts = _shards(meta, cache_dir, split)
+    if shard_subset is not None:
+        index, count = shard_subset
+        if len(paths) < count:
+            raise ValueError(
+                f"The {split!r} split has {len(paths)} shard files with examples, "
+                f"fewer than the {count} input pipelines (workers) that must each "
+                "read their own; export with at least as many shards "
+                "(a DatumDataset given the strategy does this) or use fewer workers."
+            )
+        paths, counts = paths[index::count], counts[index::count]
     deterministic = not shuffle or seed is not None
-    num_examples = meta["splits"][split]["num_examples"]
+    num_examples = sum(counts)
     buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
     dataset = _serialized(
         paths, counts, num_examples, shuffle and not cache, seed, deterministic,
