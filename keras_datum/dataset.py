@@ -1,5 +1,6 @@
 """`DatumDataset`: checks arguments, exports on first use, hands out splits."""
 
+import functools
 import json
 import os
 
@@ -85,8 +86,9 @@ def _check_positive_or_none(name, value):
 def _options_satisfied(cached, wanted):
     """Whether an export made with `cached` options serves `wanted`.
 
-    All must match, except the size cap: images capped at a larger side (or
-    not capped) serve a smaller cap as well.
+    All must match, except the size cap and the shard minimum: images capped
+    at a larger side (or not capped) serve a smaller cap as well, and an
+    export made for more workers serves fewer.
     """
     cached, wanted = dict(cached), dict(wanted)
     cached_side = cached.pop("max_image_side", None)
@@ -94,7 +96,8 @@ def _options_satisfied(cached, wanted):
     side_ok = cached_side is None or (
         wanted_side is not None and cached_side >= wanted_side
     )
-    return side_ok and cached == wanted
+    shards_ok = cached.pop("min_shards", 1) >= wanted.pop("min_shards", 1)
+    return side_ok and shards_ok and cached == wanted
 
 
 class DatumDataset:
@@ -321,6 +324,9 @@ class DatumDataset:
             "follow_links": bool(follow_links),
             "problem": problem,
             "max_image_side": max_image_side,
+            # One shard file per training worker at least, so that each
+            # reads its own (see `_split`).
+            "min_shards": 1 if strategy == "auto" else distribute.num_workers(strategy),
         }
         self._seed = seed
         self._shuffle = shuffle
@@ -599,12 +605,12 @@ class DatumDataset:
         if batch_size is not None:
             batch_size *= strategy.num_replicas_in_sync
         paths = pipeline.shard_paths(meta, self.cache_dir, split)
-        return pipeline.build(
+        build = functools.partial(
+            pipeline.build,
             meta,
             self.cache_dir,
             split,
             self._read_options,
-            batch_size=batch_size,
             shuffle=shuffle,
             repeat=repeat,
             seed=self._seed if seed is None else seed,
@@ -612,9 +618,24 @@ class DatumDataset:
             augment=augmentations[0],
             batch_augment=augmentations[1],
             image_dtype=distribute.input_dtype(),
-            shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
             cache=self._cache_decoded(meta, split),
             data_service=data_service,
+        )
+        if distribute.num_workers(strategy) > 1 and not data_service:
+            # Multi-worker training: each worker's input pipeline reads its
+            # own shard files, at the per-replica batch size.
+            def dataset_fn(context):
+                return build(
+                    batch_size=None
+                    if batch_size is None
+                    else context.get_per_replica_batch_size(batch_size),
+                    shard_subset=(context.input_pipeline_id, context.num_input_pipelines),
+                )
+
+            return strategy.distribute_datasets_from_function(dataset_fn)
+        return build(
+            batch_size=batch_size,
+            shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
         )
 
     def _cache_decoded(self, meta, split):
