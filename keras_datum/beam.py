@@ -23,6 +23,7 @@ import os
 import socket
 
 from keras_datum import export
+from keras_datum import storage
 
 TALLY_FOLDER = "beam-tallies"
 
@@ -92,7 +93,7 @@ def _write_one_shard(task, problem_name, feature_spec, export_options, folder, o
         os.path.join(folder, name), split, records, map(encode_one, records), on_invalid
     )
     writer = f"{socket.gethostname()}:{os.getpid()}"
-    with open(os.path.join(folder, TALLY_FOLDER, name + ".json"), "w") as f:
+    with storage.open(os.path.join(folder, TALLY_FOLDER, name + ".json"), "w") as f:
         json.dump({"writer": writer, "tally": tally.to_json()}, f)
     return name
 
@@ -131,7 +132,7 @@ def write_shards(
     """
     beam = _import_beam()
     options = pipeline_options(runner, beam_options)
-    os.makedirs(os.path.join(folder, TALLY_FOLDER))
+    storage.makedirs(os.path.join(folder, TALLY_FOLDER))
     tasks = [
         (split, name, records)
         for split, shards in plans.items()
@@ -158,7 +159,7 @@ def write_shards(
     for split, shards in plans.items():
         tallies[split] = []
         for name, _ in shards:
-            with open(os.path.join(folder, TALLY_FOLDER, name + ".json")) as f:
+            with storage.open(os.path.join(folder, TALLY_FOLDER, name + ".json")) as f:
                 written = json.load(f)
             tallies[split].append(export.SplitStats.from_json(written["tally"]))
             writers.add(written["writer"])
@@ -168,7 +169,7 @@ def write_shards(
             f"processes ({', '.join(sorted(writers))})."
         )
     # Only the shards, the report and the metadata stay in the cache.
-    for name in os.listdir(os.path.join(folder, TALLY_FOLDER)):
-        os.remove(os.path.join(folder, TALLY_FOLDER, name))
-    os.rmdir(os.path.join(folder, TALLY_FOLDER))
+    for name in storage.listdir(os.path.join(folder, TALLY_FOLDER)):
+        storage.remove(os.path.join(folder, TALLY_FOLDER, name))
+    storage.rmdir(os.path.join(folder, TALLY_FOLDER))
     return tallies

@@ -17,6 +17,7 @@ import socket
 import time
 
 from keras_datum import sources
+from keras_datum import storage
 
 SCHEMA_VERSION = 1
 METADATA_FILE = "metadata.json"
@@ -37,7 +38,7 @@ def keras_home():
 
 def default_cache_dir(source):
     """`<keras home>/datum/<folder name>-<short hash of the absolute path>`."""
-    source = os.path.abspath(source)
+    source = storage.abspath(source)
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:10]
     name = os.path.basename(source.rstrip(os.sep)) or "root"
     return os.path.join(keras_home(), "datum", f"{name}-{digest}")
@@ -55,8 +56,7 @@ def fingerprint(layout, root):
     total = 0
     for path in sorted(set(paths)):
         try:
-            stat = os.stat(path)
-            size, mtime = stat.st_size, stat.st_mtime_ns
+            size, mtime = storage.stat(path)
         except FileNotFoundError:  # An annotation naming a missing image.
             size, mtime = -1, -1
         total += max(size, 0)
@@ -70,10 +70,7 @@ def shard_name(split, index, count):
 
 
 def write_json(path, data):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    storage.write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def _require(condition, path, message):
@@ -154,7 +151,7 @@ def read_metadata(cache_dir):
     """
     path = os.path.join(cache_dir, METADATA_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
         return None
@@ -169,21 +166,38 @@ def read_metadata(cache_dir):
     return meta
 
 
+def is_cache_file(name):
+    """Whether a file name is one an export writes (shards, JSON, labels)."""
+    return (
+        bool(_SHARD_NAME.match(name))
+        or name in (METADATA_FILE, REPORT_FILE, "dataset_info.json", "features.json")
+        or name.endswith(".labels.txt")
+    )
+
+
 def is_cache_folder(path):
     """True when `path` is a keras_datum cache (safe to replace)."""
-    return os.path.isfile(os.path.join(path, METADATA_FILE))
+    return storage.isfile(os.path.join(path, METADATA_FILE))
 
 
 @contextlib.contextmanager
 def export_lock(cache_dir, timeout):
     """Holds an OS lock on `<cache_dir>.lock` so only one process exports.
 
+    A cache on a remote file system (`gs://`, `ram://`) gets no lock: object
+    stores have no locks to take. Two exports of one remote cache at once
+    are then each safe (metadata.json is written last, so neither can leave a
+    cache that is trusted half-written), but they do the work twice.
+
     Raises:
         TimeoutError: when another process holds the lock for longer than
             `timeout` seconds; the message names that process.
     """
+    if storage.is_url(cache_dir):
+        yield
+        return
     lock_path = cache_dir.rstrip(os.sep) + ".lock"
-    os.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
+    storage.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout

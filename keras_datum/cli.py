@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import sys
+from keras_datum import storage
 
 
 def _export(args):
@@ -48,7 +49,7 @@ def _print_info(meta, cache_dir):
     invalid = meta["invalid_files"]["count"]
     print(f"Invalid files left out: {invalid}")
     if invalid:
-        with open(os.path.join(cache_dir, cache.REPORT_FILE)) as f:
+        with storage.open(os.path.join(cache_dir, cache.REPORT_FILE)) as f:
             for entry in json.load(f):
                 print(f"  {entry['split']}/{entry['file']}: {entry['reason']}")
 
@@ -56,8 +57,8 @@ def _print_info(meta, cache_dir):
 def _info(args):
     from keras_datum import cache
 
-    path = os.path.abspath(args.path)
-    if not os.path.exists(path):
+    path = storage.abspath(args.path)
+    if not storage.exists(path):
         raise FileNotFoundError(f"Path not found: {args.path!r}")
     cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
     meta = cache.read_metadata(cache_dir)
@@ -87,8 +88,8 @@ def _verify(args):
     from keras_datum import cache
     from keras_datum.verify import verify_cache
 
-    path = os.path.abspath(args.path)
-    if not os.path.exists(path):
+    path = storage.abspath(args.path)
+    if not storage.exists(path):
         raise FileNotFoundError(f"Path not found: {args.path!r}")
     cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
     problems = verify_cache(cache_dir)

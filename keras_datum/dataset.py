@@ -14,6 +14,7 @@ from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum.problems import classification
 from keras_datum.problems import detection
+from keras_datum import storage
 
 # Without a seed the carve and the write-time shuffle still have to be the
 # same in every process, so an unseeded dataset uses this one.
@@ -290,13 +291,13 @@ class DatumDataset:
         _check_positive_or_none("cache_budget", cache_budget)
         distribute.check_strategy(strategy)
         _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
-        if not os.path.exists(source):
+        if not storage.exists(source):
             raise FileNotFoundError(f"Source folder not found: {source!r}")
-        if not os.path.isdir(source):
+        if not storage.isdir(source):
             raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
 
-        self.source = os.path.abspath(source)
-        self.cache_dir = os.path.abspath(
+        self.source = storage.abspath(source)
+        self.cache_dir = storage.abspath(
             os.fspath(cache_dir) if cache_dir else cache_lib.default_cache_dir(source)
         )
         # A datum export is read in place, like a cache: nothing is exported
@@ -549,7 +550,7 @@ class DatumDataset:
         """The files left out at export, each with its split and reason."""
         if self._datum_export:
             return []  # datum's shards are read as they are: nothing was left out.
-        with open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
+        with storage.open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
             return json.load(f)
 
     # --- Reading ----------------------------------------------------------

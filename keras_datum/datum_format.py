@@ -44,6 +44,7 @@ from keras_datum import cache
 from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.problems import detection
+from keras_datum import storage
 from keras_datum.version import __version__
 
 SHARD_INFO_FILE = "shard_info.json"
@@ -68,7 +69,7 @@ _SCANNED = {}
 def is_export(folder):
     """True when `folder` holds datum's `shard_info.json` and type mapping."""
     return all(
-        os.path.isfile(os.path.join(folder, name)) for name in (SHARD_INFO_FILE, MAPPING_FILE)
+        storage.isfile(os.path.join(folder, name)) for name in (SHARD_INFO_FILE, MAPPING_FILE)
     )
 
 
@@ -85,11 +86,11 @@ def check_export(folder, problem=None):
         ValueError: a JSON file is malformed, or the features are not a
             layout keras_datum reads; the message names the file.
     """
-    if not os.path.isdir(folder):
+    if not storage.isdir(folder):
         raise FileNotFoundError(f"datum export folder not found: {folder!r}")
     for name in (SHARD_INFO_FILE, MAPPING_FILE):
         path = os.path.join(folder, name)
-        if not os.path.isfile(path):
+        if not storage.isfile(path):
             raise FileNotFoundError(
                 f"{folder!r} is not a datum export: {path!r} does not exist. A datum "
                 f"export holds {SHARD_INFO_FILE}, {MAPPING_FILE} and the .tfrecord shards."
@@ -104,7 +105,7 @@ def check_export(folder, problem=None):
 
 def _read_json(path, expected):
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: malformed JSON ({e}).") from None
@@ -148,7 +149,7 @@ def read_splits(folder):
             if os.path.isabs(file) or os.path.normpath(file).startswith(os.pardir):
                 raise ValueError(f"{path}: shard {file!r} is not inside {folder!r}.")
             shard_path = os.path.join(folder, file)
-            if not os.path.isfile(shard_path):
+            if not storage.isfile(shard_path):
                 raise FileNotFoundError(
                     f"{path} lists the shard {file!r}, but {shard_path!r} does not exist."
                 )
@@ -256,9 +257,9 @@ def fingerprint(folder, splits):
     files += sorted({s["file"] for info in splits.values() for s in info["shards"]})
     total = 0
     for name in files:
-        stat = os.stat(os.path.join(folder, name))
-        total += stat.st_size
-        hasher.update(f"{name}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+        size, mtime = storage.stat(os.path.join(folder, name))
+        total += size
+        hasher.update(f"{name}\t{size}\t{mtime}\n".encode())
     return {"digest": hasher.hexdigest(), "num_files": len(files), "num_bytes": total}
 
 
@@ -383,7 +384,7 @@ def read_metadata(folder, problem=None, class_names=None, verbose=False):
         FileNotFoundError: a file is missing; the message names it.
         ValueError: a file is malformed or describes an unsupported layout.
     """
-    folder = os.path.abspath(folder)
+    folder = storage.abspath(folder)
     splits, mapping, (problem, kind, numeric, columns) = check_export(folder, problem)
     digest = fingerprint(folder, splits)
     if kind in ("class", "multi_label", "detection"):
@@ -406,7 +407,7 @@ def read_metadata(folder, problem=None, class_names=None, verbose=False):
         label_spec = {"type": kind, "num_classes": len(class_names), "columns": columns}
     info = {"class_names": class_names, "label_spec": label_spec}
     module = detection if problem == detection.NAME else classification
-    created = os.stat(os.path.join(folder, SHARD_INFO_FILE)).st_mtime
+    created = storage.stat(os.path.join(folder, SHARD_INFO_FILE))[1] / 1e9
     return {
         "schema_version": cache.SCHEMA_VERSION,
         "keras_datum_version": __version__,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 from PIL import ImageOps
+from keras_datum import storage
 
 # Re-encoded JPEGs: high enough that re-encoding is not a visible loss.
 JPEG_QUALITY = 95
@@ -103,7 +104,7 @@ def encode_image(path, max_side=None):
             image, or over Pillow's decompression-bomb limit.
     """
     try:
-        with open(path, "rb") as f:
+        with storage.open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise InvalidImageError(f"cannot read file: {e.strerror or e}") from e

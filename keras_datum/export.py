@@ -19,7 +19,6 @@ import functools
 import math
 import multiprocessing
 import os
-import shutil
 import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from keras_datum import encode
 from keras_datum import problems
 from keras_datum import sources
 from keras_datum import tfds_metadata
+from keras_datum import storage
 from keras_datum.version import __version__
 
 # Big datasets get shards of about this size: large enough for sequential
@@ -154,6 +154,9 @@ def _encoded_stream(encode_one, records, workers):
     if (
         workers > 1
         and len(records) >= PROCESS_POOL_MIN_EXAMPLES
+        # Remote files are read through TensorFlow's file systems, which a
+        # forked child must not touch.
+        and not storage.is_url(records[0].path)
         and "fork" in multiprocessing.get_all_start_methods()
     ):
         with multiprocessing.get_context("fork").Pool(workers) as pool:
@@ -411,42 +414,78 @@ def check_cache_target(cache_dir):
         ValueError: `cache_dir` holds files that keras_datum did not write.
     """
     if (
-        os.path.isdir(cache_dir)
-        and os.listdir(cache_dir)
+        storage.isdir(cache_dir)
+        and storage.listdir(cache_dir)
         and not cache.is_cache_folder(cache_dir)
+        # What a remote commit that died midway leaves: only cache files.
+        # (A local commit is one rename; shards without metadata there were
+        # put there by someone else, and are left alone.)
+        and not (
+            storage.is_url(cache_dir)
+            and all(cache.is_cache_file(n) for n in storage.listdir(cache_dir))
+        )
     ):
         raise ValueError(
             f"`cache_dir` {cache_dir!r} exists and is not a keras_datum cache "
             "(it has no metadata.json); refusing to overwrite it. Choose an "
             "empty or new folder."
         )
-    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+    if storage.exists(cache_dir) and not storage.isdir(cache_dir):
         raise ValueError(f"`cache_dir` {cache_dir!r} exists and is not a folder.")
 
 
 def remove_leftovers(cache_dir):
-    """Removes temporary folders of exports that died (call under the lock)."""
+    """Removes temporary folders of exports that died (call under the lock).
+
+    Remote caches have no lock, so another export's temporary folder may be
+    alive: they are left alone (and never trusted).
+    """
+    if storage.is_url(cache_dir):
+        return
     parent = os.path.dirname(cache_dir.rstrip(os.sep)) or "."
     base = os.path.basename(cache_dir.rstrip(os.sep))
-    if not os.path.isdir(parent):
+    if not storage.isdir(parent):
         return
-    for name in os.listdir(parent):
+    for name in storage.listdir(parent):
         if name.startswith(base + ".tmp-") or name.startswith(base + ".old-"):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            storage.rmtree(os.path.join(parent, name))
 
 
 def _commit(tmp_dir, cache_dir):
     """Moves the finished export into place, replacing an older cache."""
+    if storage.is_url(cache_dir):
+        _commit_file_by_file(tmp_dir, cache_dir)
+        return
     old = None
-    if os.path.isdir(cache_dir):
+    if storage.isdir(cache_dir):
         if cache.is_cache_folder(cache_dir):
             old = f"{cache_dir.rstrip(os.sep)}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(cache_dir, old)
+            storage.rename(cache_dir, old)
         else:
-            os.rmdir(cache_dir)  # Empty, as check_cache_target ensured.
-    os.replace(tmp_dir, cache_dir)
+            storage.rmdir(cache_dir)  # Empty, as check_cache_target ensured.
+    storage.rename(tmp_dir, cache_dir)
     if old:
-        shutil.rmtree(old, ignore_errors=True)
+        storage.rmtree(old)
+
+
+def _commit_file_by_file(tmp_dir, cache_dir):
+    """The commit on object stores, which cannot rename a folder at once.
+
+    The old metadata goes first (from then on the old cache is not trusted),
+    then the old files, then the new files, and the new metadata last: at no
+    moment does a trusted metadata.json sit beside the wrong shards.
+    """
+    storage.makedirs(cache_dir, exist_ok=True)
+    names = storage.listdir(cache_dir)
+    if cache.METADATA_FILE in names:
+        storage.remove(storage.join(cache_dir, cache.METADATA_FILE))
+    for name in names:
+        if name != cache.METADATA_FILE:
+            storage.remove(storage.join(cache_dir, name))
+    new = storage.listdir(tmp_dir)
+    for name in sorted(new, key=lambda n: n == cache.METADATA_FILE):
+        storage.rename(storage.join(tmp_dir, name), storage.join(cache_dir, name))
+    storage.rmtree(tmp_dir)
 
 
 def export_layout(
@@ -485,7 +524,7 @@ def export_layout(
     problem = problems.get(layout.problem)
     feature_spec = problem.features(layout.info)
     tmp_dir = f"{cache_dir.rstrip(os.sep)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    os.makedirs(tmp_dir)
+    storage.makedirs(tmp_dir)
     total = sum(len(r) for r in splits.values())
     spec = layout.info["label_spec"]
     num_classes = spec["num_classes"] if spec["type"] == "class" else 0
@@ -527,7 +566,7 @@ def export_layout(
             "schema_version": cache.SCHEMA_VERSION,
             "keras_datum_version": __version__,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "source": os.path.abspath(root),
+            "source": storage.abspath(root),
             "problem": layout.problem,
             "layout": layout.name,
             "class_names": layout.info["class_names"],
@@ -549,7 +588,7 @@ def export_layout(
         cache.write_json(os.path.join(tmp_dir, cache.METADATA_FILE), meta)
         _commit(tmp_dir, cache_dir)
     except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        storage.rmtree(tmp_dir)
         raise
     if invalid:
         warnings.warn(

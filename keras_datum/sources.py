@@ -7,6 +7,7 @@ or imports TensorFlow, so listing a big tree stays cheap.
 import json
 import os
 from dataclasses import dataclass, field
+from keras_datum import storage
 
 CLASS_NAME_FILES = ("classes.names", "labels.txt", "classes.txt")
 # Folder and file names of splits, and the split each one means.
@@ -45,9 +46,9 @@ def visible_subdirs(directory):
     """Sorted non-hidden subfolders, as Keras lists class folders."""
     return [
         name
-        for name in sorted(os.listdir(directory))
+        for name in sorted(storage.listdir(directory))
         if not name.startswith(".")
-        and os.path.isdir(os.path.join(directory, name))
+        and storage.isdir(os.path.join(directory, name))
     ]
 
 
@@ -61,10 +62,10 @@ def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
     """
     seen = set()
     walk = []
-    for root, dirs, files in os.walk(directory, followlinks=follow_links):
+    for root, dirs, files in storage.walk(directory, followlinks=follow_links):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         if follow_links:
-            real = os.path.realpath(root)
+            real = storage.realpath(root)
             if real in seen:
                 dirs[:] = []
                 continue
@@ -84,7 +85,7 @@ def read_json_object(path, expected):
             it should be); names the file.
     """
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: malformed JSON ({e}).") from None
@@ -101,8 +102,8 @@ def read_class_names(root):
     """
     for name in CLASS_NAME_FILES:
         path = os.path.join(root, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
+        if storage.isfile(path):
+            with storage.open(path, encoding="utf-8") as f:
                 names = [line.strip() for line in f if line.strip()]
             if len(set(names)) != len(names):
                 raise ValueError(f"{path!r} lists a class name twice.")
@@ -117,7 +118,7 @@ def voc_split_lists(root, task):
         lists = {}
         for name, split in SPLIT_NAMES.items():
             path = os.path.join(folder, name + ".txt")
-            if os.path.isfile(path) and split not in lists:
+            if storage.isfile(path) and split not in lists:
                 lists[split] = path
         if lists:
             return lists
@@ -127,7 +128,7 @@ def voc_split_lists(root, task):
 def file_size(path):
     """The size of `path`, or 0 when it is missing (reported at export)."""
     try:
-        return os.path.getsize(path)
+        return storage.getsize(path)
     except OSError:
         return 0
 
@@ -150,9 +151,8 @@ def resolve_inside(root, name, what):
     """
     if not name or os.path.isabs(name) or "\x00" in name:
         raise ValueError(f"{what} names an invalid path: {name!r}")
-    full = os.path.normpath(os.path.join(root, name))
-    root_norm = os.path.normpath(root)
-    if os.path.commonpath([full, root_norm]) != root_norm:
+    full = storage.normpath(os.path.join(root, name))
+    if not storage.is_inside(full, root):
         raise ValueError(
             f"{what} names a path outside the dataset root {root!r}: {name!r}"
         )

@@ -36,6 +36,7 @@ import os
 import re
 
 from keras_datum import cache
+from keras_datum import storage
 
 DATASET_INFO_FILE = "dataset_info.json"
 FEATURES_FILE = "features.json"
@@ -98,7 +99,7 @@ def dataset_info(folder, meta):
     for split, info in meta["splits"].items():
         if info["num_examples"] == 0:
             continue
-        sizes = [os.path.getsize(os.path.join(folder, s["file"])) for s in info["shards"]]
+        sizes = [storage.getsize(os.path.join(folder, s["file"])) for s in info["shards"]]
         splits.append({
             "name": split,
             "filepathTemplate": FILEPATH_TEMPLATE,
@@ -214,7 +215,4 @@ def _tensor(dtype, shape):
 
 
 def _write_text(path, text):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    storage.write_text(path, text)

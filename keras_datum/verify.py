@@ -5,6 +5,7 @@ import os
 import tensorflow as tf
 
 from keras_datum import cache
+from keras_datum import storage
 
 
 def count_records(path):
@@ -39,7 +40,7 @@ def verify_cache(cache_dir):
     for split, info in meta["splits"].items():
         for shard in info["shards"]:
             path = os.path.join(cache_dir, shard["file"])
-            if not os.path.isfile(path):
+            if not storage.isfile(path):
                 problems.append(f"{path}: shard listed in the metadata is missing.")
                 continue
             count, error = count_records(path)

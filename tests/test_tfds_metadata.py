@@ -190,7 +190,7 @@ def test_csv_multi_label_and_regression_labels(tmp_path, cells, want):
 
 
 def test_split_without_examples_is_left_out(tmp_path):
-    root = make_class_folders(tmp_path / "src" / "train", {"a": 3, "b": 3})
+    make_class_folders(tmp_path / "src" / "train", {"a": 3, "b": 3})
     os.makedirs(tmp_path / "src" / "val" / "a")
     (tmp_path / "src" / "val" / "a" / "bad.png").write_bytes(b"broken")
     with pytest.warns(UserWarning, match="1 invalid files"):

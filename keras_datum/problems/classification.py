@@ -35,6 +35,7 @@ from keras_datum import images
 from keras_datum import sources
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
+from keras_datum import storage
 
 NAME = "classification"
 SPLIT_FOLDERS = sources.SPLIT_NAMES
@@ -65,7 +66,7 @@ def find_folder_layout(
         name, class_root = "split_folders", os.path.join(root, "train")
         folders = {SPLIT_FOLDERS[f]: os.path.join(root, f) for f in subdirs}
     else:
-        if not os.listdir(root):
+        if not storage.listdir(root):
             raise ValueError(f"The source folder {root!r} is empty.")
         name, class_root, folders = "class_folders", root, {"train": root}
     class_names = sources.visible_subdirs(class_root)
@@ -124,7 +125,7 @@ def _find_csv_layout(root, follow_links):
     found = {}
     for folder, split in SPLIT_FOLDERS.items():
         csv_path = os.path.join(root, folder + ".csv")
-        if os.path.isfile(csv_path) and os.path.isdir(os.path.join(root, folder)):
+        if storage.isfile(csv_path) and storage.isdir(os.path.join(root, folder)):
             if split in found:
                 raise ValueError(
                     f"{root!r} has both 'val.csv' and 'validation.csv'; keep one."
@@ -179,7 +180,7 @@ def _read_csv(root, folder, csv_path, follow_links):
         rel = sources.relative_path(path, image_dir)
         by_stem.setdefault(os.path.splitext(rel)[0], []).append(path)
         by_stem.setdefault(rel, []).append(path)
-    with open(csv_path, newline="", encoding="utf-8-sig") as f:
+    with storage.open(csv_path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if not header or "filename" not in [h.strip() for h in header]:

@@ -31,6 +31,7 @@ from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
+from keras_datum import storage
 
 NAME = "detection"
 SPLITS = sources.SPLIT_NAMES
@@ -121,7 +122,7 @@ def parse_voc_xml(path):
 def _find_voc(root, follow_links):
     image_dir = os.path.join(root, "JPEGImages")
     annotation_dir = os.path.join(root, "Annotations")
-    if not (os.path.isdir(image_dir) and os.path.isdir(annotation_dir)):
+    if not (storage.isdir(image_dir) and storage.isdir(annotation_dir)):
         return None
     class_names, class_file = sources.read_class_names(root)
     lists = sources.voc_split_lists(root, "Main")
@@ -130,7 +131,7 @@ def _find_voc(root, follow_links):
     if lists:
         for split, list_path in lists.items():
             extra.append(list_path)
-            with open(list_path, encoding="utf-8") as f:
+            with storage.open(list_path, encoding="utf-8") as f:
                 ids_by_split[split] = [
                     (line.split()[0], f"{list_path}:{n}")
                     for n, line in enumerate(f, start=1)
@@ -139,7 +140,7 @@ def _find_voc(root, follow_links):
     else:
         ids_by_split["train"] = [
             (os.path.splitext(name)[0], annotation_dir)
-            for name in sorted(os.listdir(annotation_dir))
+            for name in sorted(storage.listdir(annotation_dir))
             if name.endswith(".xml")
         ]
     parsed = {}
@@ -147,7 +148,7 @@ def _find_voc(root, follow_links):
         parsed[split] = []
         for example_id, where in ids:
             xml_path = sources.resolve_inside(annotation_dir, example_id + ".xml", where)
-            if not os.path.isfile(xml_path):
+            if not storage.isfile(xml_path):
                 raise ValueError(f"{where}: no annotation file {xml_path!r}.")
             extra.append(xml_path)
             filename, objects = parse_voc_xml(xml_path)
@@ -230,10 +231,10 @@ def _coco_split(name):
 
 def _find_coco(root, follow_links):
     annotation_dir = os.path.join(root, "annotations")
-    if not os.path.isdir(annotation_dir):
+    if not storage.isdir(annotation_dir):
         return None
     files = {}
-    for name in sorted(os.listdir(annotation_dir)):
+    for name in sorted(storage.listdir(annotation_dir)):
         match = re.fullmatch(r"instances_(.+)\.json", name)
         if match and _coco_split(match.group(1)):
             files[match.group(1)] = os.path.join(annotation_dir, name)
@@ -259,7 +260,7 @@ def _find_coco(root, follow_links):
                     os.path.join(root, _coco_split(split_name)),
                     os.path.join(root, "images", _coco_split(split_name)),
                 )
-                if os.path.isdir(d)
+                if storage.isdir(d)
             ),
             None,
         )
@@ -297,7 +298,7 @@ def _yolo_names_from_yaml(path):
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: malformed YAML ({e}).") from None
@@ -318,7 +319,7 @@ def parse_yolo_labels(path, num_classes):
         ValueError: a line that is not `class cx cy w h`; names file and line.
     """
     boxes, classes = [], []
-    with open(path, encoding="utf-8") as f:
+    with storage.open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             parts = line.split()
             if not parts:
@@ -344,10 +345,10 @@ def parse_yolo_labels(path, num_classes):
 def _find_yolo(root, follow_links):
     images_root = os.path.join(root, "images")
     labels_root = os.path.join(root, "labels")
-    if not (os.path.isdir(images_root) and os.path.isdir(labels_root)):
+    if not (storage.isdir(images_root) and storage.isdir(labels_root)):
         return None
     yaml_path = os.path.join(root, "data.yaml")
-    if os.path.isfile(yaml_path):
+    if storage.isfile(yaml_path):
         class_names, class_file = _yolo_names_from_yaml(yaml_path), yaml_path
     else:
         class_names, class_file = sources.read_class_names(root)
@@ -369,7 +370,7 @@ def _find_yolo(root, follow_links):
             boxes, classes = [], []
             # Fingerprinted even when missing, so that adding one re-exports.
             extra.append(label_path)
-            if os.path.isfile(label_path):
+            if storage.isfile(label_path):
                 boxes, classes = parse_yolo_labels(label_path, len(class_names))
             records.append(_record(root, image_path, boxes, classes, "rel_center_xywh"))
         splits[split] = records

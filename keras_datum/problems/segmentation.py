@@ -29,6 +29,7 @@ from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
+from keras_datum import storage
 
 NAME = "segmentation"
 IGNORE_LABEL = 255
@@ -42,11 +43,11 @@ _MASK_FORMATS = (".png",)
 
 
 def find_layout(root, follow_links=False):
-    if os.path.isdir(os.path.join(root, "SegmentationClass")) and os.path.isdir(
+    if storage.isdir(os.path.join(root, "SegmentationClass")) and storage.isdir(
         os.path.join(root, "JPEGImages")
     ):
         return _find_voc(root)
-    if os.path.isdir(os.path.join(root, "images")) and os.path.isdir(
+    if storage.isdir(os.path.join(root, "images")) and storage.isdir(
         os.path.join(root, "masks")
     ):
         return _find_pairs(root, follow_links)
@@ -89,7 +90,7 @@ def _find_voc(root):
     class_names, extra = _class_names(root, VOC_CLASS_NAMES)
     images_by_stem = {
         os.path.splitext(n)[0]: os.path.join(image_dir, n)
-        for n in sorted(os.listdir(image_dir))
+        for n in sorted(storage.listdir(image_dir))
         if n.lower().endswith(sources.IMAGE_FORMATS)
     }
     lists = sources.voc_split_lists(root, "Segmentation")
@@ -97,13 +98,13 @@ def _find_voc(root):
         ids = {}
         for split, path in lists.items():
             extra.append(path)
-            with open(path, encoding="utf-8") as f:
+            with storage.open(path, encoding="utf-8") as f:
                 ids[split] = [line.split()[0] for line in f if line.strip()]
     else:
         ids = {
             "train": [
                 os.path.splitext(n)[0]
-                for n in sorted(os.listdir(mask_dir))
+                for n in sorted(storage.listdir(mask_dir))
                 if n.lower().endswith(_MASK_FORMATS)
             ]
         }
@@ -160,7 +161,8 @@ def features(info):
 
 def _read_mask(path):
     try:
-        mask = Image.open(path)
+        with storage.open(path, "rb") as f:
+            mask = Image.open(io.BytesIO(f.read()))
         mask.load()
     except FileNotFoundError:
         raise encode_lib.InvalidExampleError(f"mask file not found: {path}") from None

@@ -23,6 +23,7 @@ from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
+from keras_datum import storage
 
 NAME = "text"
 TEXT_FORMATS = (".txt",)
@@ -30,7 +31,7 @@ _JSON_SPLITS = sources.SPLIT_NAMES
 
 
 def find_layout(root, follow_links=False):
-    if os.path.isfile(os.path.join(root, "train.json")):
+    if storage.isfile(os.path.join(root, "train.json")):
         return _find_json(root)
     if not _has_text_files(root, follow_links):
         return None
@@ -42,7 +43,7 @@ def find_layout(root, follow_links=False):
 def _has_text_files(root, follow_links):
     """Class (or split) folders with `.txt` files and no images."""
     found_text = False
-    for dirpath, dirs, files in os.walk(root, followlinks=follow_links):
+    for dirpath, dirs, files in storage.walk(root, followlinks=follow_links):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         if dirpath == root:
             continue
@@ -86,7 +87,7 @@ def _find_json(root):
     rows_by_split, extra = {}, []
     for file_split, split in _JSON_SPLITS.items():
         path = os.path.join(root, file_split + ".json")
-        if not os.path.isfile(path):
+        if not storage.isfile(path):
             continue
         if split in rows_by_split:
             raise ValueError(f"{root!r} has both val.json and validation.json; keep one.")
@@ -146,7 +147,7 @@ def encode(record, options):
         data = record.annotation.encode("utf-8")
     else:
         try:
-            with open(record.path, "rb") as f:
+            with storage.open(record.path, "rb") as f:
                 data = f.read()
         except OSError as e:
             raise encode_lib.InvalidExampleError(f"cannot read file: {e.strerror or e}") from e

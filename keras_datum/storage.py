@@ -1,0 +1,193 @@
+"""Where bytes live: every file access of keras_datum goes through here.
+
+Paths with a scheme (`gs://`, `s3://` with tensorflow-io, `hdfs://`,
+`ram://`) go through `tf.io.gfile`, so a source folder and a cache can live on
+any file system TensorFlow knows; the TFRecord reading and writing is
+TensorFlow's own and needs nothing more. Local paths use the `os` module
+directly: `tf.io.gfile` gives the same answers for them, but slower per call
+(a listing of 20,000 files is felt), and without `os.walk`'s control over
+symbolic links or `os.replace`'s atomic rename, which the local export's
+commit relies on.
+"""
+
+import builtins
+import os
+import posixpath
+import shutil
+
+import tensorflow as tf
+
+
+def is_url(path):
+    """True for a path on a TensorFlow file system (`scheme://...`)."""
+    return "://" in os.fspath(path)
+
+
+def join(path, *names):
+    if is_url(path):
+        return posixpath.join(path, *names)
+    return os.path.join(path, *names)
+
+
+def dirname(path):
+    path = os.fspath(path)
+    if is_url(path):
+        return posixpath.dirname(path.rstrip("/"))
+    return os.path.dirname(path.rstrip(os.sep))
+
+
+def basename(path):
+    path = os.fspath(path)
+    if is_url(path):
+        return posixpath.basename(path.rstrip("/"))
+    return os.path.basename(path.rstrip(os.sep))
+
+
+def normpath(path):
+    """`os.path.normpath`, keeping a URL's `scheme://`."""
+    path = os.fspath(path)
+    if is_url(path):
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(rest).lstrip('/')}"
+    return os.path.normpath(path)
+
+
+def is_inside(path, root):
+    """Whether normalized `path` is `root` or below it."""
+    path, root = normpath(path), normpath(root)
+    if is_url(path):
+        return path == root or path.startswith(root.rstrip("/") + "/")
+    return os.path.commonpath([path, root]) == root
+
+
+def abspath(path):
+    """An absolute local path; a URL is already absolute."""
+    path = os.fspath(path)
+    return path.rstrip("/") if is_url(path) else os.path.abspath(path)
+
+
+def exists(path):
+    return tf.io.gfile.exists(path) if is_url(path) else os.path.exists(path)
+
+
+def isdir(path):
+    return tf.io.gfile.isdir(path) if is_url(path) else os.path.isdir(path)
+
+
+def isfile(path):
+    if is_url(path):
+        return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+    return os.path.isfile(path)
+
+
+def listdir(path):
+    if is_url(path):
+        # gfile marks subfolders of some file systems with a trailing '/'.
+        names = [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
+        if path.startswith("ram://"):
+            # The in-memory file system lists by string prefix: a sibling
+            # `cache.tmp-1/x` shows up in `cache` as `.tmp-1`.
+            names = [n for n in names if tf.io.gfile.exists(join(path, n))]
+        return names
+    return os.listdir(path)
+
+
+def walk(top, followlinks=False):
+    """`os.walk` (top-down, `dirs` editable in place)."""
+    if not is_url(top):
+        yield from os.walk(top, followlinks=followlinks)
+        return
+    dirs, files = [], []
+    for name in listdir(top):
+        (dirs if isdir(join(top, name)) else files).append(name)
+    yield top, dirs, files
+    for name in dirs:
+        yield from walk(join(top, name))
+
+
+def realpath(path):
+    return path if is_url(path) else os.path.realpath(path)
+
+
+def stat(path):
+    """`(size in bytes, modification time in ns)`; `FileNotFoundError` if missing."""
+    if is_url(path):
+        try:
+            info = tf.io.gfile.stat(path)
+        except tf.errors.NotFoundError:
+            raise FileNotFoundError(path) from None
+        return info.length, info.mtime_nsec
+    info = os.stat(path)
+    return info.st_size, info.st_mtime_ns
+
+
+def getsize(path):
+    return stat(path)[0]
+
+
+def open(path, mode="r", encoding=None, newline=None):  # noqa: A001
+    """`open`, or a `tf.io.gfile.GFile` for a URL (text or binary by `mode`)."""
+    if not is_url(path):
+        kwargs = {} if "b" in mode else {"encoding": encoding or "utf-8", "newline": newline}
+        return builtins.open(path, mode, **kwargs)
+    if "r" in mode and not tf.io.gfile.exists(path):
+        # GFile opens lazily and raises TensorFlow's own error on reading.
+        raise FileNotFoundError(f"No such file: {path!r}")
+    handle = tf.io.gfile.GFile(path, mode)
+    if "b" in mode or encoding in (None, "utf-8"):
+        return handle
+    # GFile decodes UTF-8 only; other encodings (utf-8-sig) decode here.
+    import io
+
+    return io.StringIO(tf.io.gfile.GFile(path, "rb").read().decode(encoding), newline=newline)
+
+
+def write_text(path, text):
+    """Writes UTF-8 `text`, on disk (fsync) before returning where it can."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        if not is_url(path):
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def makedirs(path, exist_ok=False):
+    if is_url(path):
+        if not exist_ok and tf.io.gfile.exists(path):
+            raise FileExistsError(path)
+        tf.io.gfile.makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=exist_ok)
+
+
+def remove(path):
+    if is_url(path):
+        tf.io.gfile.remove(path)
+    else:
+        os.remove(path)
+
+
+def rmdir(path):
+    if is_url(path):
+        tf.io.gfile.rmtree(path)
+    else:
+        os.rmdir(path)
+
+
+def rmtree(path):
+    """Removes a folder and everything in it; no error when it is gone."""
+    if is_url(path):
+        try:
+            tf.io.gfile.rmtree(path)
+        except tf.errors.NotFoundError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def rename(source, target):
+    """Renames a file, replacing `target`."""
+    if is_url(source):
+        tf.io.gfile.rename(source, target, overwrite=True)
+    else:
+        os.replace(source, target)
