@@ -56,10 +56,15 @@ def _print_info(meta, cache_dir):
 
 def _info(args):
     from keras_datum import cache
+    from keras_datum import datum_format
 
     path = storage.abspath(args.path)
     if not storage.exists(path):
         raise FileNotFoundError(f"Path not found: {args.path!r}")
+    if datum_format.is_export(path):
+        print(f"datum export, read in place: {path}")
+        _print_info(datum_format.read_metadata(path), path)
+        return
     cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
     meta = cache.read_metadata(cache_dir)
     if meta is None:

@@ -490,3 +490,16 @@ def test_bad_from_tfrecords_arguments(tmp_path, no_reading):
     os.makedirs(tmp_path / "images" / "cat")
     with pytest.raises(FileNotFoundError, match=r"is not a datum export: .*shard_info\.json' does not exist"):
         DatumDataset.from_tfrecords(tmp_path / "images")
+
+
+def test_cli_info_reads_a_datum_export_in_place(tmp_path, capsys):
+    from keras_datum import cli
+
+    folder, _ = classification_export(tmp_path)
+    before = _snapshot(folder)
+    assert cli.main(["info", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "datum export, read in place" in out
+    assert "train: 9 examples in 2 shards" in out
+    assert "val: 4 examples in 1 shards" in out
+    assert _snapshot(folder) == before
