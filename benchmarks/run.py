@@ -266,9 +266,17 @@ What keras_datum does, and when each applies (the figures above are with all of 
   parallel; a shuffle buffer of `min(2048, split size)` serialized (or, with the
   cache, decoded) examples.
 
-Not taken: raw pixel storage for tiny images and batched parsing would speed up the
-first epoch over tiny files further, but need a second read path; they are the next
-levers to try if that scenario matters.
+- **Raw pixels for tiny images, decoded by the batch.** A lossless (PNG) image of at
+  most 64 x 64 pixels in grayscale or RGB also stores its raw pixels (the PNG stays,
+  for TFDS and for the conversions raw pixels cannot give exactly, such as RGB to
+  grayscale). When every image of a classification split has raw pixels of one size,
+  the reader parses 256 serialized examples with one `parse_example`, decodes their
+  pixels with one `decode_raw` and labels the whole batch: no per-example parse or
+  PNG decode is left, which is most of the cost of a tiny image. Other splits take
+  the per-example path, with raw pixels where they are exact.
+
+Not taken: `decode_and_crop_jpeg` for random-resized crops (augmentation runs as
+Keras/KerasCV layers on decoded images, so the crop is not known at decode time).
 """
 
 

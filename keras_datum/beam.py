@@ -17,15 +17,22 @@ use `gs://` (or another shared file system) for both.
 Needs the `beam` extra: `pip install "keras-datum[beam]"`.
 """
 
+import dataclasses
 import functools
 import json
 import os
 import socket
 
 from keras_datum import export
+from keras_datum import sources
 from keras_datum import storage
 
+# Beside the shards while the pipeline runs: each shard's plan (its records,
+# in order) going to the workers, and its tally coming back. The plans travel
+# as files, not in the pipeline graph: a runner such as Dataflow limits the
+# size of a submitted job, and a million records would exceed it.
 TALLY_FOLDER = "beam-tallies"
+PLAN_FOLDER = "beam-plans"
 
 
 def _import_beam():
@@ -85,7 +92,9 @@ def pipeline_options(runner, beam_options=None):
 
 def _write_one_shard(task, problem_name, feature_spec, export_options, folder, on_invalid):
     """The pipeline's work: one shard and its tally, on a worker."""
-    split, name, records = task
+    split, name = task
+    with storage.open(os.path.join(folder, PLAN_FOLDER, name + ".json")) as f:
+        records = [sources.ExampleRecord(**fields) for fields in json.load(f)]
     encode_one = functools.partial(
         export.encode_example, problem_name, export_options, feature_spec
     )
@@ -133,11 +142,13 @@ def write_shards(
     beam = _import_beam()
     options = pipeline_options(runner, beam_options)
     storage.makedirs(os.path.join(folder, TALLY_FOLDER))
-    tasks = [
-        (split, name, records)
-        for split, shards in plans.items()
-        for name, records in shards
-    ]
+    storage.makedirs(os.path.join(folder, PLAN_FOLDER))
+    tasks = []
+    for split, shards in plans.items():
+        for name, records in shards:
+            with storage.open(os.path.join(folder, PLAN_FOLDER, name + ".json"), "w") as f:
+                json.dump([dataclasses.asdict(r) for r in records], f)
+            tasks.append((split, name))
     write = functools.partial(
         _write_one_shard,
         problem_name=problem_name,
@@ -169,7 +180,6 @@ def write_shards(
             f"processes ({', '.join(sorted(writers))})."
         )
     # Only the shards, the report and the metadata stay in the cache.
-    for name in storage.listdir(os.path.join(folder, TALLY_FOLDER)):
-        storage.remove(os.path.join(folder, TALLY_FOLDER, name))
-    storage.rmdir(os.path.join(folder, TALLY_FOLDER))
+    for temporary in (TALLY_FOLDER, PLAN_FOLDER):
+        storage.rmtree(os.path.join(folder, temporary))
     return tallies

@@ -166,15 +166,6 @@ def read_metadata(cache_dir):
     return meta
 
 
-def is_cache_file(name):
-    """Whether a file name is one an export writes (shards, JSON, labels)."""
-    return (
-        bool(_SHARD_NAME.match(name))
-        or name in (METADATA_FILE, REPORT_FILE, "dataset_info.json", "features.json")
-        or name.endswith(".labels.txt")
-    )
-
-
 def is_cache_folder(path):
     """True when `path` is a keras_datum cache (safe to replace)."""
     return storage.isfile(os.path.join(path, METADATA_FILE))

@@ -88,8 +88,9 @@ def _options_satisfied(cached, wanted):
     """Whether an export made with `cached` options serves `wanted`.
 
     All must match, except the size cap and the shard minimum: images capped
-    at a larger side (or not capped) serve a smaller cap as well, and an
-    export made for more workers serves fewer.
+    at a larger side (or not capped) serve a smaller cap as well, and the
+    shard minimum is checked against the shards the export has (see
+    `_enough_shards`), whatever it was exported for.
     """
     cached, wanted = dict(cached), dict(wanted)
     cached_side = cached.pop("max_image_side", None)
@@ -97,8 +98,19 @@ def _options_satisfied(cached, wanted):
     side_ok = cached_side is None or (
         wanted_side is not None and cached_side >= wanted_side
     )
-    shards_ok = cached.pop("min_shards", 1) >= wanted.pop("min_shards", 1)
-    return side_ok and shards_ok and cached == wanted
+    cached.pop("min_shards", None)
+    wanted.pop("min_shards", None)
+    return side_ok and cached == wanted
+
+
+def _enough_shards(meta, min_shards):
+    """Whether every split has a shard with examples for each of `min_shards`
+    workers (or one per example, when it has fewer)."""
+    for info in meta["splits"].values():
+        filled = sum(1 for s in info["shards"] if s["num_examples"] > 0)
+        if filled < min(min_shards, info["num_examples"]):
+            return False
+    return True
 
 
 class DatumDataset:
@@ -507,6 +519,7 @@ class DatumDataset:
             meta is not None
             and meta["source_fingerprint"].get("digest") == fingerprint["digest"]
             and _options_satisfied(meta["export_options"], self._export_options)
+            and _enough_shards(meta, self._export_options["min_shards"])
         ):
             return meta
         return None

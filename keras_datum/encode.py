@@ -33,6 +33,12 @@ JPEG_QUALITY = 95
 CAP_SLACK = 1.25
 _EXIF_ORIENTATION = 0x0112
 _PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
+# Lossless images this small (32 x 32, 64 x 64) also get their raw pixels
+# stored: reading them back is a copy instead of a PNG decode, which is most
+# of the cost of a tiny image. The PNG stays too (for TFDS, for color modes
+# the raw pixels cannot give exactly), so storage grows by about the pixels.
+RAW_MAX_PIXELS = 64 * 64
+_RAW_MODES = {"L": 1, "RGB": 3}
 
 
 class InvalidExampleError(ValueError):
@@ -50,6 +56,15 @@ class EncodedImage:
     height: int
     width: int
     source_size: tuple  # (height, width) of the upright source image.
+    pixels: bytes = b""  # Raw uint8 pixels (row-major), for small lossless images.
+    channels: int = 0  # Channels of `pixels` (1 or 3); 0 when there are none.
+
+
+def _raw_pixels(image):
+    """`(bytes, channels)` of a small grayscale or RGB image, else `(b"", 0)`."""
+    if image.mode in _RAW_MODES and image.width * image.height <= RAW_MAX_PIXELS:
+        return image.tobytes(), _RAW_MODES[image.mode]
+    return b"", 0
 
 
 def _to_storable(image):
@@ -144,7 +159,8 @@ def encode_image(path, max_side=None):
 
     if keep:
         fmt = source_format.lower()
-        return EncodedImage(data, fmt, height, width, source_size)
+        raw = _raw_pixels(image) if fmt == "png" else (b"", 0)
+        return EncodedImage(data, fmt, height, width, source_size, *raw)
     upright = ImageOps.exif_transpose(image)
     if source_format == "JPEG":
         upright = upright.convert("L" if upright.mode == "L" else "RGB")
@@ -155,4 +171,7 @@ def encode_image(path, max_side=None):
             upright = upright.convert("RGBA" if "transparency" in upright.info else "RGB")
         upright.thumbnail((max_side, max_side), Image.Resampling.BICUBIC)
     fmt = "jpeg" if source_format == "JPEG" else "png"
-    return EncodedImage(_save(upright, fmt), fmt, upright.height, upright.width, source_size)
+    raw = _raw_pixels(upright) if fmt == "png" else (b"", 0)
+    return EncodedImage(
+        _save(upright, fmt), fmt, upright.height, upright.width, source_size, *raw
+    )

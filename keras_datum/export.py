@@ -52,6 +52,8 @@ PROCESS_WINDOW_PER_WORKER = 1024
 WINDOW_PER_WORKER = 8
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
 SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
+# In a remote cache folder while its files are replaced one by one.
+COMMIT_MARKER = ".keras_datum_commit"
 
 
 def num_shards(num_examples, num_bytes, min_shards=1):
@@ -60,7 +62,11 @@ def num_shards(num_examples, num_bytes, min_shards=1):
     examples."""
     by_size = math.ceil(num_bytes / TARGET_SHARD_BYTES)
     by_count = min(MAX_SMALL_SHARDS, num_examples // MIN_EXAMPLES_PER_SHARD)
-    return max(1, by_size, by_count, min(min_shards, num_examples))
+    count = max(1, by_size, by_count, min(min_shards, num_examples))
+    if 1 < min_shards <= num_examples:
+        # A multiple of the workers, so each reads as many files.
+        count = math.ceil(count / min_shards) * min_shards
+    return count
 
 
 def carve_validation(records, validation_split, seed):
@@ -417,13 +423,10 @@ def check_cache_target(cache_dir):
         storage.isdir(cache_dir)
         and storage.listdir(cache_dir)
         and not cache.is_cache_folder(cache_dir)
-        # What a remote commit that died midway leaves: only cache files.
-        # (A local commit is one rename; shards without metadata there were
-        # put there by someone else, and are left alone.)
-        and not (
-            storage.is_url(cache_dir)
-            and all(cache.is_cache_file(n) for n in storage.listdir(cache_dir))
-        )
+        # What a remote commit that died midway leaves: its marker. (A local
+        # commit is one rename; shards without metadata there, or remote ones
+        # without the marker, were put there by someone else: left alone.)
+        and not storage.isfile(storage.join(cache_dir, COMMIT_MARKER))
     ):
         raise ValueError(
             f"`cache_dir` {cache_dir!r} exists and is not a keras_datum cache "
@@ -476,15 +479,20 @@ def _commit_file_by_file(tmp_dir, cache_dir):
     moment does a trusted metadata.json sit beside the wrong shards.
     """
     storage.makedirs(cache_dir, exist_ok=True)
+    marker = storage.join(cache_dir, COMMIT_MARKER)
+    # The marker says "a keras_datum commit is under way here": a folder
+    # left without metadata by a commit that died may then be replaced.
+    storage.write_text(marker, "")
     names = storage.listdir(cache_dir)
     if cache.METADATA_FILE in names:
         storage.remove(storage.join(cache_dir, cache.METADATA_FILE))
     for name in names:
-        if name != cache.METADATA_FILE:
+        if name not in (cache.METADATA_FILE, COMMIT_MARKER):
             storage.remove(storage.join(cache_dir, name))
     new = storage.listdir(tmp_dir)
     for name in sorted(new, key=lambda n: n == cache.METADATA_FILE):
         storage.rename(storage.join(tmp_dir, name), storage.join(cache_dir, name))
+    storage.remove(marker)
     storage.rmtree(tmp_dir)
 
 

@@ -15,6 +15,10 @@ IMAGE_FEATURES = {
     "image/format": {"dtype": "string", "shape": []},
     "image/height": {"dtype": "int64", "shape": []},
     "image/width": {"dtype": "int64", "shape": []},
+    # Small lossless images: their raw pixels too (empty otherwise); see
+    # `encode.RAW_MAX_PIXELS`.
+    "image/pixels": {"dtype": "string", "shape": []},
+    "image/channels": {"dtype": "int64", "shape": []},
 }
 
 
@@ -36,19 +40,59 @@ def encode_features(path, max_side=None):
         "image/format": image.format.encode(),
         "image/height": [image.height],
         "image/width": [image.width],
+        "image/pixels": image.pixels,
+        "image/channels": [image.channels],
     }
-    return features, {"height": image.height, "width": image.width}, image.source_size
+    stats = {
+        "height": image.height,
+        "width": image.width,
+        # Counted per split: when every image has raw pixels of one size, the
+        # reader decodes whole batches at once (`pipeline._batch_decoder`).
+        "raw_images": int(image.channels > 0),
+        "raw_channels": {image.channels} if image.channels else set(),
+    }
+    return features, stats, image.source_size
 
 
 def decode(parsed, options):
     """The stored image as uint8 `(height, width, channels)`.
 
-    A JPEG at least twice the target size on both sides is decoded at half
-    size by libjpeg's DCT scaling (`ratio=2`), which skips three quarters of
-    the inverse transforms; it is resized to the target afterwards anyway.
+    Small lossless images come from their stored raw pixels whenever those
+    give exactly what decoding the PNG would (gray to any mode, RGB to RGB or
+    RGBA). A JPEG at least twice the target size on both sides is decoded at
+    half size by libjpeg's DCT scaling (`ratio=2`), which skips three
+    quarters of the inverse transforms; it is resized to the target
+    afterwards anyway.
     """
     channels = CHANNELS[options["color_mode"]]
+    if "image/pixels" not in parsed:  # Caches from before raw pixels.
+        return _decode_encoded(parsed, options, channels)
+    stored = parsed["image/channels"]
+    usable = (stored == 1) | ((stored == 3) & (channels >= 3))
+    image = tf.cond(
+        usable,
+        lambda: _from_pixels(parsed, stored, channels),
+        lambda: _decode_encoded(parsed, options, channels),
+    )
+    image.set_shape([None, None, channels])
+    return image
 
+
+def _from_pixels(parsed, stored, channels):
+    """The raw pixels in `channels`, as `decode_png` converts: gray is
+    repeated into RGB, and RGBA gets an opaque alpha."""
+    shape = tf.stack([parsed["image/height"], parsed["image/width"], stored])
+    image = tf.reshape(tf.io.decode_raw(parsed["image/pixels"], tf.uint8), shape)
+    if channels == 1:
+        return image
+    rgb = tf.cond(stored == 1, lambda: tf.tile(image, [1, 1, 3]), lambda: image)
+    if channels == 3:
+        return rgb
+    alpha = tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), tf.constant(255, tf.uint8))
+    return tf.concat([rgb, alpha], axis=-1)
+
+
+def _decode_encoded(parsed, options, channels):
     def full():
         return tf.io.decode_image(
             parsed["image"], channels=channels, expand_animations=False

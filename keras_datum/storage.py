@@ -11,6 +11,7 @@ commit relies on.
 """
 
 import builtins
+import io
 import os
 import posixpath
 import shutil
@@ -48,7 +49,13 @@ def normpath(path):
     path = os.fspath(path)
     if is_url(path):
         scheme, rest = path.split("://", 1)
-        return f"{scheme}://{posixpath.normpath(rest).lstrip('/')}"
+        if not rest:
+            return path
+        # `ram:///tmp/x` and `file:///data` keep their leading slash.
+        normalized = posixpath.normpath(rest)
+        if rest.startswith("/") and not normalized.startswith("/"):
+            normalized = "/" + normalized
+        return f"{scheme}://{normalized}"
     return os.path.normpath(path)
 
 
@@ -130,16 +137,19 @@ def open(path, mode="r", encoding=None, newline=None):  # noqa: A001
     if not is_url(path):
         kwargs = {} if "b" in mode else {"encoding": encoding or "utf-8", "newline": newline}
         return builtins.open(path, mode, **kwargs)
-    if "r" in mode and not tf.io.gfile.exists(path):
-        # GFile opens lazily and raises TensorFlow's own error on reading.
-        raise FileNotFoundError(f"No such file: {path!r}")
-    handle = tf.io.gfile.GFile(path, mode)
-    if "b" in mode or encoding in (None, "utf-8"):
-        return handle
-    # GFile decodes UTF-8 only; other encodings (utf-8-sig) decode here.
-    import io
-
-    return io.StringIO(tf.io.gfile.GFile(path, "rb").read().decode(encoding), newline=newline)
+    if "r" not in mode:
+        return tf.io.gfile.GFile(path, mode)
+    # Read whole at once, so that TensorFlow's errors (GFile opens lazily)
+    # arrive here, as the OSError types the callers expect.
+    try:
+        data = tf.io.gfile.GFile(path, "rb").read()
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(f"No such file: {path!r}") from None
+    except tf.errors.OpError as e:
+        raise OSError(f"Cannot read {path!r}: {e.message}") from None
+    if "b" in mode:
+        return io.BytesIO(data)
+    return io.StringIO(data.decode(encoding or "utf-8"), newline=newline)
 
 
 def write_text(path, text):

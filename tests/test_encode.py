@@ -170,3 +170,69 @@ def test_reusing_a_cache_with_invalid_files_under_raise(tmp_path):
         DatumDataset(root, verbose=False).export()
     with pytest.raises(ValueError, match="left out 2 invalid files .* on_invalid='raise'"):
         DatumDataset(root, on_invalid="raise", verbose=False).export()
+
+
+def test_small_lossless_images_store_raw_pixels_that_read_back_exactly(tmp_path):
+    rng = np.random.default_rng(7)
+    sources = {
+        "gray": Image.fromarray(rng.integers(0, 256, (12, 10), dtype=np.uint8), mode="L"),
+        "rgb": Image.fromarray(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)),
+        "rgba": Image.fromarray(rng.integers(0, 256, (12, 10, 4), dtype=np.uint8)),
+        "palette": Image.fromarray(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)).quantize(16),
+    }
+    originals = {}
+    for name, image in sources.items():
+        os.makedirs(tmp_path / "src" / name)
+        path = tmp_path / "src" / name / "0.png"
+        image.save(path)
+        originals[name] = path.read_bytes()
+    # Large and lossy images keep only their encoded bytes.
+    big = encode_image(_save_png(tmp_path / "big.png", rng.integers(0, 256, (80, 80, 3), dtype=np.uint8)))
+    assert (big.pixels, big.channels) == (b"", 0)
+    jpeg_path = tmp_path / "small.jpg"
+    Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(jpeg_path)
+    assert encode_image(str(jpeg_path)).channels == 0
+    assert encode_image(str(tmp_path / "src" / "rgb" / "0.png")).channels == 3
+    assert encode_image(str(tmp_path / "src" / "gray" / "0.png")).channels == 1
+
+    for color_mode, channels in (("grayscale", 1), ("rgb", 3), ("rgba", 4)):
+        ds = DatumDataset(
+            tmp_path / "src", image_size=(12, 10), color_mode=color_mode,
+            validation_split=None, cache_dir=tmp_path / "cache", verbose=False,
+        )
+        got = {
+            ds.class_names[int(y)]: np.asarray(x)
+            for x, y in ds.train(batch_size=None, shuffle=False)
+        }
+        for name, data in originals.items():
+            # Raw or PNG, what comes out is what decoding the PNG gives.
+            want = tf.io.decode_png(data, channels=channels).numpy().astype(np.float32)
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} as {color_mode}")
+
+
+def _save_png(path, pixels):
+    Image.fromarray(pixels).save(path)
+    return str(path)
+
+
+def test_decode_takes_raw_pixels_when_they_are_exact_and_the_png_otherwise():
+    from keras_datum import images
+
+    pixels = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    png = tf.io.encode_png(pixels).numpy()
+    parsed = {
+        "image": tf.constant(b"not decodable: proves the raw pixels were used"),
+        "image/format": tf.constant(b"png"),
+        "image/height": tf.constant(2, tf.int64),
+        "image/width": tf.constant(3, tf.int64),
+        "image/pixels": tf.constant(pixels.tobytes()),
+        "image/channels": tf.constant(3, tf.int64),
+    }
+    options = {"color_mode": "rgba", "image_size": (2, 3)}
+    rgba = images.decode(parsed, options).numpy()
+    np.testing.assert_array_equal(rgba[..., :3], pixels)
+    assert (rgba[..., 3] == 255).all()
+    # RGB to grayscale is libpng's conversion: the PNG is decoded.
+    parsed["image"] = tf.constant(png)
+    gray = images.decode(parsed, {**options, "color_mode": "grayscale"}).numpy()
+    np.testing.assert_array_equal(gray, tf.io.decode_png(png, channels=1).numpy())

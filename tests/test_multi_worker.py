@@ -79,15 +79,23 @@ def test_two_workers_read_distinct_shards_and_train(tmp_path):
     assert len(results[0]["seen"]) + len(results[1]["seen"]) == NUM_EXAMPLES
 
 
-def test_an_export_for_more_workers_serves_fewer_and_not_the_reverse():
+def test_shard_minimum_is_checked_against_the_shards_the_cache_has():
+    from keras_datum.dataset import _enough_shards
     from keras_datum.dataset import _options_satisfied
 
     base = {"validation_split": 0.2, "seed": 1, "max_image_side": None}
-    assert _options_satisfied({**base, "min_shards": 4}, {**base, "min_shards": 2})
-    assert not _options_satisfied({**base, "min_shards": 1}, {**base, "min_shards": 2})
-    # Caches written before the option existed were made for one worker.
-    assert _options_satisfied(base, {**base, "min_shards": 1})
-    assert not _options_satisfied(base, {**base, "min_shards": 2})
+    # The option itself never forces a re-export ...
+    assert _options_satisfied({**base, "min_shards": 1}, {**base, "min_shards": 4})
+    assert _options_satisfied(base, {**base, "min_shards": 2})
+    # ... the shards do: one with examples per worker, in every split.
+    meta = {"splits": {
+        "train": {"num_examples": 30, "shards": [{"num_examples": 15}, {"num_examples": 15}]},
+        "val": {"num_examples": 1, "shards": [{"num_examples": 1}]},
+    }}
+    assert _enough_shards(meta, 2)
+    assert not _enough_shards(meta, 3)
+    meta["splits"]["train"]["shards"][1]["num_examples"] = 0
+    assert not _enough_shards(meta, 2)
 
 
 def test_num_shards_gives_each_worker_a_file_when_there_are_enough_examples():
@@ -96,3 +104,30 @@ def test_num_shards_gives_each_worker_a_file_when_there_are_enough_examples():
     assert export.num_shards(26, 10_000) == 1
     assert export.num_shards(26, 10_000, min_shards=2) == 2
     assert export.num_shards(3, 10_000, min_shards=8) == 3
+    # A multiple of the workers, so each reads as many files.
+    assert export.num_shards(300, 10_000, min_shards=3) == 6
+    assert export.num_shards(1000, 10_000, min_shards=8) == 16
+
+
+def test_shard_subsets_partition_a_split_even_with_fewer_files_than_workers(tmp_path):
+    from conftest import make_class_folders
+
+    from keras_datum import DatumDataset
+    from keras_datum import pipeline
+
+    root = make_class_folders(tmp_path / "src", {"a": 5, "b": 4})
+    ds = DatumDataset(root, image_size=(16, 16), validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    meta = ds.info
+    assert len(meta["splits"]["train"]["shards"]) == 1
+    seen = []
+    for index in range(3):  # Three workers, one file: shared by example.
+        part = pipeline.build(
+            meta, ds.cache_dir, "train", ds._read_options, batch_size=None, shuffle=True,
+            repeat=False, seed=None, shuffle_buffer_size=None, shard_subset=(index, 3),
+        )
+        seen.append(sorted(np.asarray(x).tobytes() for x, _ in part))
+    assert all(len(s) == 3 for s in seen)
+    everything = [x.tobytes() for x, _ in (
+        (np.asarray(x), y) for x, y in ds.train(batch_size=None, shuffle=False))]
+    assert sorted(sum(seen, [])) == sorted(everything)

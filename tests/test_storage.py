@@ -9,6 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_datum import DatumDataset
+from keras_datum import export
 from keras_datum import storage
 
 
@@ -113,8 +114,11 @@ def test_remote_commit_that_died_midway_is_exported_again(ram_root):
     source, cache_dir = f"{ram_root}/src", f"{ram_root}/cache"
     _class_folders(source, {"a": 3, "b": 3})
     DatumDataset(source, cache_dir=cache_dir, verbose=False).export()
-    # A commit that died after removing the old metadata: shards, no metadata.
+    # A commit that died after removing the old metadata: its marker, shards,
+    # no metadata.
     tf.io.gfile.remove(f"{cache_dir}/metadata.json")
+    with tf.io.gfile.GFile(f"{cache_dir}/{export.COMMIT_MARKER}", "w") as f:
+        f.write("")
     again = DatumDataset(source, cache_dir=cache_dir, verbose=False)
     assert again.num_examples["train"] == 4
     assert tf.io.gfile.exists(f"{cache_dir}/metadata.json")
@@ -124,3 +128,39 @@ def test_remote_commit_that_died_midway_is_exported_again(ram_root):
         f.write("my data")
     with pytest.raises(ValueError, match="is not a keras_datum cache"):
         DatumDataset(source, cache_dir=f"{ram_root}/mine", verbose=False).export()
+    # So is someone else's TFRecord folder, however cache-like its names.
+    with tf.io.gfile.GFile(f"{ram_root}/theirs/train-00000-of-00001.tfrecord", "w") as f:
+        f.write("their records")
+    with pytest.raises(ValueError, match="is not a keras_datum cache"):
+        DatumDataset(source, cache_dir=f"{ram_root}/theirs", verbose=False).export()
+    assert tf.io.gfile.exists(f"{ram_root}/theirs/train-00000-of-00001.tfrecord")
+
+
+def test_paths_on_url_file_systems_keep_their_shape():
+    assert storage.normpath("ram:///tmp/x/../y") == "ram:///tmp/y"
+    assert storage.normpath("gs://bucket/a/./b/../c") == "gs://bucket/a/c"
+    assert storage.normpath("file:///data/voc") == "file:///data/voc"
+    assert storage.is_inside("gs://bucket/data/a.png", "gs://bucket/data")
+    assert not storage.is_inside("gs://bucket/database/a.png", "gs://bucket/data")
+    assert not storage.is_inside("gs://bucket/data/../x.png", "gs://bucket/data")
+
+
+def test_voc_detection_on_ram(ram_root, tmp_path):
+    from detection_data import draw_items
+    from detection_data import write_voc
+
+    local = write_voc(str(tmp_path / "voc"), draw_items(6))
+    # Copy the drawn VOC folder into memory, then read it from there.
+    import os
+
+    for folder, _, names in os.walk(local):
+        target = f"{ram_root}/voc/" + os.path.relpath(folder, local)
+        tf.io.gfile.makedirs(target)
+        for name in names:
+            tf.io.gfile.copy(os.path.join(folder, name), f"{target}/{name}")
+    ds = DatumDataset(f"{ram_root}/voc", problem="detection", image_size=(40, 60),
+                      validation_split=None, cache_dir=f"{ram_root}/cache", verbose=False)
+    assert ds.class_names == ["cat", "dog"]
+    boxes = sum(int(np.sum(np.asarray(y["classes"]) >= 0))
+                for _, y in ds.train(batch_size=None, shuffle=False))
+    assert boxes == sum(len(b) for _, b, _, _ in draw_items(6))

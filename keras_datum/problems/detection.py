@@ -97,7 +97,8 @@ def parse_voc_xml(path):
         ValueError: malformed XML or a box without numbers; names the file.
     """
     try:
-        tree = ElementTree.parse(path)
+        with storage.open(path, "rb") as f:
+            tree = ElementTree.parse(f)
     except ElementTree.ParseError as e:
         raise ValueError(f"{path}: malformed XML ({e}).") from None
     root = tree.getroot()
