@@ -85,8 +85,14 @@ def test_label_mixing_layers_switch_to_one_hot_and_train(ds, make_layer):
     assert train.element_spec[1] == tf.TensorSpec((None, 3), tf.float32)
     # Validation follows, so one model fits both.
     assert ds.val().element_spec[1] == tf.TensorSpec((None, 3), tf.float32)
-    ys = np.concatenate([y for _, y in train])
-    np.testing.assert_allclose(ys.sum(axis=1), 1.0, rtol=1e-5)
+    # The layers draw their mixing weights unseeded; with 18 examples an epoch
+    # can, rarely, pair only same-class rows or draw weights of 0 and 1 (seen
+    # once in CI). A few epochs make "some labels are mixed" certain enough.
+    for _ in range(5):
+        ys = np.concatenate([y for _, y in train])
+        np.testing.assert_allclose(ys.sum(axis=1), 1.0, rtol=1e-5)
+        if ((ys > 0) & (ys < 1)).any():
+            break
     assert ((ys > 0) & (ys < 1)).any(), "some labels must be mixed"
     model = keras.Sequential(
         [keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")]
