@@ -265,7 +265,6 @@ What keras_datum does, and when each applies (the figures above are with all of 
 - **Interleave and shuffle from the shard layout**: up to 16 shards read in
   parallel; a shuffle buffer of `min(2048, split size)` serialized (or, with the
   cache, decoded) examples.
-
 - **Raw pixels for tiny images, decoded by the batch.** A lossless (PNG) image of at
   most 64 x 64 pixels in grayscale or RGB also stores its raw pixels (the PNG stays,
   for TFDS and for the conversions raw pixels cannot give exactly, such as RGB to
