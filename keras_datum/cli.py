@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import sys
+
 from keras_datum import storage
 
 

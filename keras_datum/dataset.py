@@ -12,9 +12,9 @@ from keras_datum import export as export_lib
 from keras_datum import images
 from keras_datum import pipeline
 from keras_datum import problems
+from keras_datum import storage
 from keras_datum.problems import classification
 from keras_datum.problems import detection
-from keras_datum import storage
 
 # Without a seed the carve and the write-time shuffle still have to be the
 # same in every process, so an unseeded dataset uses this one.

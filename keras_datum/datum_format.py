@@ -42,9 +42,9 @@ import tensorflow as tf
 
 from keras_datum import cache
 from keras_datum import sources
+from keras_datum import storage
 from keras_datum.problems import classification
 from keras_datum.problems import detection
-from keras_datum import storage
 from keras_datum.version import __version__
 
 SHARD_INFO_FILE = "shard_info.json"

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 from PIL import ImageOps
+
 from keras_datum import storage
 
 # Re-encoded JPEGs: high enough that re-encoding is not a visible loss.

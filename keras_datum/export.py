@@ -31,8 +31,8 @@ from keras_datum import cache
 from keras_datum import encode
 from keras_datum import problems
 from keras_datum import sources
-from keras_datum import tfds_metadata
 from keras_datum import storage
+from keras_datum import tfds_metadata
 from keras_datum.version import __version__
 
 # Big datasets get shards of about this size: large enough for sequential

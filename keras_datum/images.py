@@ -79,16 +79,27 @@ def decode(parsed, options):
 
 
 def _from_pixels(parsed, stored, channels):
-    """The raw pixels in `channels`, as `decode_png` converts: gray is
-    repeated into RGB, and RGBA gets an opaque alpha."""
     shape = tf.stack([parsed["image/height"], parsed["image/width"], stored])
     image = tf.reshape(tf.io.decode_raw(parsed["image/pixels"], tf.uint8), shape)
+    return expand_channels(image, channels)
+
+
+def expand_channels(image, channels):
+    """Gray or RGB uint8 pixels (`(..., 1 or 3)`, one image or a batch) in
+    `channels`, as `decode_png` converts them: gray is repeated into RGB, and
+    RGBA gets an opaque alpha. Only conversions that are exact: RGB to
+    grayscale is not one of them (libpng weighs the channels its own way)."""
     if channels == 1:
         return image
-    rgb = tf.cond(stored == 1, lambda: tf.tile(image, [1, 1, 3]), lambda: image)
+    rank = image.shape.rank
+    rgb = tf.cond(
+        tf.equal(tf.shape(image)[-1], 1),
+        lambda: tf.tile(image, [1] * (rank - 1) + [3]),
+        lambda: image,
+    )
     if channels == 3:
         return rgb
-    alpha = tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), tf.constant(255, tf.uint8))
+    alpha = tf.fill(tf.concat([tf.shape(rgb)[:-1], [1]], 0), tf.constant(255, tf.uint8))
     return tf.concat([rgb, alpha], axis=-1)
 
 
@@ -102,9 +113,7 @@ def _decode_encoded(parsed, options, channels):
     if channels == 4:  # libjpeg gives no alpha channel: JPEGs get an opaque one.
 
         def opaque_jpeg():
-            rgb = tf.io.decode_jpeg(parsed["image"], channels=3)
-            alpha = tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), tf.constant(255, tf.uint8))
-            return tf.concat([rgb, alpha], axis=-1)
+            return expand_channels(tf.io.decode_jpeg(parsed["image"], channels=3), 4)
 
         return tf.cond(is_jpeg, opaque_jpeg, full)
     target_height, target_width = options["image_size"]

@@ -95,12 +95,7 @@ def _batch_decoder(meta, split, options):
     def decode_batch(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         pixels = tf.io.decode_raw(parsed.pop("image/pixels"), tf.uint8)
-        batch = tf.reshape(pixels, [-1, height, width, stored])
-        if want > 1 and stored == 1:
-            batch = tf.tile(batch, [1, 1, 1, 3])
-        if want == 4:
-            alpha = tf.fill(tf.concat([tf.shape(batch)[:3], [1]], 0), tf.constant(255, tf.uint8))
-            batch = tf.concat([batch, alpha], axis=-1)
+        batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, stored]), want)
         if (height, width) != tuple(options["image_size"]):
             batch = tf.image.resize(batch, options["image_size"], method=options["interpolation"])
         batch = tf.cast(batch, tf.float32)

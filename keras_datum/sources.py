@@ -6,7 +6,9 @@ or imports TensorFlow, so listing a big tree stays cheap.
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
+
 from keras_datum import storage
 
 CLASS_NAME_FILES = ("classes.names", "labels.txt", "classes.txt")

@@ -30,20 +30,6 @@ def join(path, *names):
     return os.path.join(path, *names)
 
 
-def dirname(path):
-    path = os.fspath(path)
-    if is_url(path):
-        return posixpath.dirname(path.rstrip("/"))
-    return os.path.dirname(path.rstrip(os.sep))
-
-
-def basename(path):
-    path = os.fspath(path)
-    if is_url(path):
-        return posixpath.basename(path.rstrip("/"))
-    return os.path.basename(path.rstrip(os.sep))
-
-
 def normpath(path):
     """`os.path.normpath`, keeping a URL's `scheme://`."""
     path = os.fspath(path)

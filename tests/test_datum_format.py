@@ -9,11 +9,11 @@ from the last example datum generated), without the datum package.
 import json
 import os
 
-import keras
 import keras_cv
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import fit_one_epoch
 from PIL import Image
 
 from keras_datum import DatumDataset
@@ -216,17 +216,7 @@ def test_classification_round_trip_pixels_labels_and_element_spec(tmp_path):
 def test_model_fit_one_epoch(tmp_path):
     export, _ = classification_export(tmp_path)
     ds = DatumDataset.from_tfrecords(export, image_size=(HEIGHT, WIDTH), batch_size=4, verbose=False)
-    model = keras.Sequential([
-        keras.Input((HEIGHT, WIDTH, 3)),
-        keras.layers.Rescaling(1 / 255),
-        keras.layers.Conv2D(4, 3, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(len(ds.class_names), activation="softmax"),
-    ])
-    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-    history = model.fit(ds.train(), validation_data=ds.val(), epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
-    assert "val_accuracy" in history.history
+    fit_one_epoch(ds, (HEIGHT, WIDTH, 3))
 
 
 def test_jpeg_bytes_are_decoded_as_tensorflow_decodes_them(tmp_path):

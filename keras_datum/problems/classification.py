@@ -33,9 +33,9 @@ import tensorflow as tf
 
 from keras_datum import images
 from keras_datum import sources
+from keras_datum import storage
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
-from keras_datum import storage
 
 NAME = "classification"
 SPLIT_FOLDERS = sources.SPLIT_NAMES

@@ -28,10 +28,10 @@ import tensorflow as tf
 
 from keras_datum import images
 from keras_datum import sources
+from keras_datum import storage
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
-from keras_datum import storage
 
 NAME = "detection"
 SPLITS = sources.SPLIT_NAMES

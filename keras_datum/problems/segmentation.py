@@ -26,10 +26,10 @@ from PIL import Image
 from keras_datum import encode as encode_lib
 from keras_datum import images
 from keras_datum import sources
+from keras_datum import storage
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
-from keras_datum import storage
 
 NAME = "segmentation"
 IGNORE_LABEL = 255

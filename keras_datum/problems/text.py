@@ -20,10 +20,10 @@ import tensorflow as tf
 
 from keras_datum import encode as encode_lib
 from keras_datum import sources
+from keras_datum import storage
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
-from keras_datum import storage
 
 NAME = "text"
 TEXT_FORMATS = (".txt",)
