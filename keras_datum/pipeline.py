@@ -17,7 +17,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 # interleave of several shards, a few thousand already mixes the classes well.
 DEFAULT_SHUFFLE_BUFFER = 2048
 MAX_INTERLEAVE = 16
-# Records counted at a time when checking a shard's length (see _shard_records).
+# Records read and counted at a time (see `_shard_blocks`).
 COUNT_BLOCK = 256
 _DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
 
@@ -55,6 +55,10 @@ def decode_example(serialized, meta, options):
 
 # Serialized examples parsed and decoded together on the batch fast path.
 DECODE_BATCH = 256
+# Cached blocks shuffled at once on the batch fast path: 16,384 examples,
+# and all of a smaller split. More would delay the first batch of the
+# first epoch, which waits for the buffer to fill.
+MAX_SHUFFLED_BLOCKS = 64
 
 
 def _batch_decoder(meta, split, options):
@@ -104,14 +108,15 @@ def _batch_decoder(meta, split, options):
         # problem's own labelling works on the whole batch.
         return problem.with_labels({"images": batch}, parsed, meta, options)
 
-    def apply(dataset, deterministic, then):
-        """`then` (element-wise, such as the cast to uint8) runs per batch too,
+    def apply(blocks, deterministic, then=None):
+        """Blocks of serialized examples -> blocks of decoded examples.
+
+        `then` (element-wise, such as the cast to uint8) runs per block too,
         so no per-example step is left."""
-        return (
-            dataset.batch(DECODE_BATCH)
-            .map(lambda s: then(decode_batch(s)), num_parallel_calls=AUTOTUNE,
-                 deterministic=deterministic)
-            .unbatch()
+        return blocks.map(
+            lambda s: (then or (lambda inputs: inputs))(decode_batch(s)),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         )
 
     return apply
@@ -127,13 +132,18 @@ def shard_paths(meta, cache_dir, split):
     return _shards(meta, cache_dir, split)[0]
 
 
-def _shard_records(path, expected):
-    """One shard's records; a damaged shard raises an error that names it.
+def _shard_blocks(path, expected, index):
+    """One shard's records in blocks of up to `COUNT_BLOCK`, then an end marker.
 
-    TensorFlow's own error for a bad record ("corrupted record at 1234")
-    does not say which file. Here a damaged record ends the shard early
-    instead, and the count is checked against the metadata when the shard
-    ends: `InvalidArgumentError` with the shard's path and what to run.
+    Only native dataset ops here: this runs once per shard, and a function
+    nested in it (a `map` or `scan`) would be instantiated for every shard,
+    which costs more than reading a small shard. The counting happens once
+    per split, in `_checked`.
+
+    A damaged record ends the shard early (`ignore_errors`), and the count
+    is checked against the metadata when the end marker passes: TensorFlow's
+    own error for a bad record ("corrupted record at 1234") does not say
+    which file, and a truncated file raises nothing at all.
     """
     # `ignore_errors` would retry a missing file forever, so a missing shard
     # is caught first, with its own message.
@@ -143,59 +153,80 @@ def _shard_records(path, expected):
     )
     with tf.control_dependencies([present]):
         path = tf.identity(path)
-    # Records are counted in blocks: per-record bookkeeping would cost more
-    # than reading the records.
     blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(COUNT_BLOCK)
-    blocks = blocks.map(lambda block: (block, False)).concatenate(
-        tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), True))
-    )
+    blocks = tf.data.Dataset.zip((blocks, tf.data.Dataset.from_tensors((index, False)).repeat()))
+    end = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), (index, True)))
+    return blocks.concatenate(end)
 
-    def fail(seen):
+
+def _checked(blocks, paths, counts):
+    """`_shard_blocks`' output, counted per shard; a shard that ends short (or
+    long) raises `InvalidArgumentError` with its path and what to run."""
+    paths = tf.constant(paths, tf.string)
+    counts = tf.constant(counts, tf.int64)
+
+    def count(seen, element):
+        block, (index, is_end) = element
+        seen = tf.tensor_scatter_nd_add(
+            seen, [[index]], [tf.size(block, out_type=tf.int64)]
+        )
         message = tf.strings.join(
             [
-                "Shard ", path, " is damaged: it yielded ", tf.strings.as_string(seen),
-                " of its ", tf.strings.as_string(expected), " records. Run "
+                "Shard ", paths[index], " is damaged: it yielded ",
+                tf.strings.as_string(seen[index]), " of its ",
+                tf.strings.as_string(counts[index]), " records. Run "
                 "`keras-datum verify` on the cache, then export again.",
             ]
         )
-        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
-            return tf.identity(seen)
+        ok = tf.logical_not(is_end) | tf.equal(seen[index], counts[index])
+        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+            return seen, tf.identity(block)  # The end marker's block is empty.
 
-    def count(seen, element):
-        block, is_end = element
-        seen = seen + tf.size(block, out_type=tf.int64)
-        seen = tf.cond(
-            is_end & tf.not_equal(seen, expected), lambda: fail(seen), lambda: seen
+    return blocks.scan(tf.zeros_like(counts), count)
+
+
+def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic):
+    """The split's serialized examples in blocks (1-D string tensors): shard
+    files interleaved in parallel, a block at a time, every shard's length
+    checked. Empty blocks can occur."""
+    indices = tf.range(len(paths), dtype=tf.int64)
+    files = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64), indices)
+    )
+    if shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    cycle_length = max(1, min(len(paths), MAX_INTERLEAVE))
+    # Shard names are plain, but a cache folder with glob characters in its
+    # path cannot be checked with `matching_files`: it reads shards plainly.
+    if any(c in path for path in paths for c in "*?[]\\"):
+        return files.interleave(
+            lambda path, count, index: tf.data.TFRecordDataset(path).batch(COUNT_BLOCK),
+            cycle_length=cycle_length,
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         )
-        return seen, (block, is_end)
-
-    blocks = blocks.scan(tf.constant(0, tf.int64), count)
-    blocks = blocks.filter(lambda block, is_end: tf.logical_not(is_end))
-    return blocks.map(lambda block, is_end: block).unbatch()
+    blocks = files.interleave(
+        _shard_blocks,
+        cycle_length=cycle_length,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+    return _checked(blocks, paths, counts)
 
 
 def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic, whole):
-    """The split's serialized examples: shard files interleaved in parallel.
+    """The split's serialized examples, one at a time (see `_serialized_blocks`).
 
     `whole` is False when each reader sees only part of the split (tf.data
     service workers), so the split's count cannot be asserted.
     """
-    files = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64))
-    )
-    if shuffle_files and len(paths) > 1:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    # Shard names are plain, but a cache folder with glob characters in its
-    # path cannot be checked with `matching_files`: it reads shards plainly.
-    checked = not any(c in path for path in paths for c in "*?[]\\")
-    dataset = files.interleave(
-        _shard_records if checked else lambda path, count: tf.data.TFRecordDataset(path),
-        cycle_length=max(1, min(len(paths), MAX_INTERLEAVE)),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=deterministic,
-    )
+    dataset = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic).unbatch()
     if not whole:
         return dataset
+    return _with_count(dataset, num_examples)
+
+
+def _with_count(dataset, num_examples):
     # The metadata knows the exact count: Keras then shows epoch progress,
     # and a shard that lost records fails loudly instead of shrinking an epoch.
     return dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
@@ -250,6 +281,95 @@ def decoded_bytes(meta, split, options):
     return info["num_examples"] * (height * width * channels + 64)
 
 
+def _examples(
+    paths, counts, meta, options, batch_decoder, cache, shuffle, repeat, seed,
+    deterministic, buffer, shuffle_files, whole, shard_by_example,
+):
+    """The split's decoded examples, one at a time: shuffled, repeated and
+    cached as asked."""
+    num_examples = sum(counts)
+    # Whole-batch decoding takes the reader's blocks as they come, unless
+    # serialized records are shuffled before decoding (no cache). Sharing
+    # by example needs the same record order on every worker.
+    from_blocks = batch_decoder is not None and (cache or not shuffle) and not shard_by_example
+    if from_blocks:
+        dataset = _serialized_blocks(paths, counts, False, seed, deterministic)
+    else:
+        dataset = _serialized(
+            paths, counts, num_examples, shuffle_files, seed,
+            deterministic or bool(shard_by_example), whole,
+        )
+    if shard_by_example:
+        dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
+
+    def decoded(dataset, then=None):
+        """Serialized examples -> decoded dicts, with `then` applied (fused)."""
+        if batch_decoder is not None:
+            dataset = batch_decoder(
+                dataset if from_blocks else dataset.batch(DECODE_BATCH), deterministic, then
+            ).unbatch()
+            return _with_count(dataset, num_examples) if from_blocks and whole else dataset
+        return dataset.map(
+            lambda s: (then or (lambda inputs: inputs))(decode_example(s, meta, options)),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
+        )
+
+    if cache:
+        # Decode once, keep uint8 pixels at the target size in memory, and
+        # shuffle the decoded elements: later epochs decode nothing. The
+        # cast back to float32 waits for the batch when nothing per example
+        # needs floats, so a cached epoch costs a few operations per batch.
+        dataset = decoded(dataset, then=_pixels_as(tf.uint8)).cache()
+    if shuffle:
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    if not cache:
+        dataset = decoded(dataset)
+    return dataset
+
+
+def _block_batches(
+    blocks, batch_size, shuffle, repeat, seed, deterministic, window, max_blocks, num_examples
+):
+    """Blocks of decoded examples -> batches, with no step per example.
+
+    Shuffling is in two stages: the blocks' order (all of them when
+    `max_blocks` is given, as for a cached split; else about a window's
+    worth), then a random permutation of each window of `window`
+    consecutive examples. A batch therefore mixes examples from several
+    blocks, as a shuffle buffer of `window` examples would.
+    """
+    if shuffle:
+        blocks = blocks.shuffle(
+            max_blocks or max(1, window // COUNT_BLOCK), seed=seed, reshuffle_each_iteration=True
+        )
+        windows = tf.data.Dataset.zip(
+            (
+                blocks.rebatch(window),
+                tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True),
+            )
+        )
+
+        def permute(inputs, draw):
+            size = tf.shape(tf.nest.flatten(inputs)[0])[0]
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(size), seed=tf.stack([draw, tf.constant(0, tf.int64)])
+            )
+            return tf.nest.map_structure(lambda t: tf.gather(t, order), inputs)
+
+        blocks = windows.map(permute, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if repeat:
+        blocks = blocks.repeat()
+    batches = blocks.rebatch(batch_size)
+    if num_examples is not None and not repeat:
+        batches = batches.apply(
+            tf.data.experimental.assert_cardinality(-(-num_examples // batch_size))
+        )
+    return batches
+
+
 def build(
     meta,
     cache_dir,
@@ -296,40 +416,39 @@ def build(
     deterministic = not shuffle or seed is not None
     num_examples = sum(counts)
     buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
-    # Sharing by example needs the same record order on every worker.
-    dataset = _serialized(
-        paths, counts, num_examples, shuffle and not cache and not by_example, seed,
-        deterministic or by_example, whole=not data_service and not by_example,
-    )
-    if by_example:
-        dataset = dataset.shard(shard_subset[1], shard_subset[0])
-
-    def decode(serialized):
-        return decode_example(serialized, meta, options)
-
+    whole = not data_service and not by_example
+    shuffle_files = shuffle and not cache and not by_example
     batch_decoder = _batch_decoder(meta, split, options)
-
-    def decoded(dataset, then=lambda inputs: inputs):
-        """Serialized examples -> decoded dicts, with `then` applied (fused)."""
-        if batch_decoder is not None:
-            return batch_decoder(dataset, deterministic, then)
-        return dataset.map(
-            lambda s: then(decode(s)), num_parallel_calls=AUTOTUNE, deterministic=deterministic
+    problem = problems.get(meta["problem"])
+    if (
+        batch_decoder is not None
+        and augment is None
+        and batch_size is not None
+        and not by_example
+        and not hasattr(problem, "batch")
+    ):
+        # Nothing happens per example: blocks of records are decoded,
+        # cached, shuffled and cut into batches as blocks.
+        blocks = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic)
+        blocks = batch_decoder(blocks, deterministic, _pixels_as(tf.uint8) if cache else None)
+        if cache:
+            blocks = blocks.cache()
+        dataset = _block_batches(
+            blocks, batch_size, shuffle, repeat, seed, deterministic, buffer,
+            # Cached blocks are references: many can take part in the
+            # shuffle (decoded blocks read anew are bounded by `buffer`).
+            max_blocks=min(len(paths) + num_examples // COUNT_BLOCK, MAX_SHUFFLED_BLOCKS)
+            if cache
+            else None,
+            num_examples=num_examples if whole else None,
         )
-
-    if cache:
-        # Decode once, keep uint8 pixels at the target size in memory, and
-        # shuffle the decoded elements: later epochs decode nothing. The
-        # cast back to float32 waits for the batch when nothing per example
-        # needs floats, so a cached epoch costs a few operations per batch.
-        to_uint8 = _pixels_as(tf.uint8)
-        dataset = decoded(dataset, then=to_uint8).cache()
-    if shuffle:
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    if not cache:
-        dataset = decoded(dataset)
+        batched = True
+    else:
+        dataset = _examples(
+            paths, counts, meta, options, batch_decoder, cache, shuffle, repeat, seed,
+            deterministic, buffer, shuffle_files, whole, by_example and shard_subset,
+        )
+        batched = False
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:
             augmentation.reseed(seed)
@@ -354,10 +473,9 @@ def build(
     augment_calls = AUTOTUNE if seed is None else None
     if augment is not None:
         dataset = dataset.map(augmented(augment), num_parallel_calls=augment_calls)
-    problem = problems.get(meta["problem"])
     if hasattr(problem, "batch"):
         dataset = problem.batch(dataset, batch_size, options)
-    elif batch_size is not None:
+    elif batch_size is not None and not batched:
         dataset = dataset.batch(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
         )

@@ -86,3 +86,70 @@ def test_mixed_sizes_or_gray_from_rgb_use_the_per_example_path(tmp_path, monkeyp
     gray = DatumDataset(same, image_size=(8, 8), color_mode="grayscale",
                         cache_dir=tmp_path / "cache2", verbose=False)
     assert pipeline._batch_decoder(gray.info, "train", gray._read_options) is None
+
+
+def _pairs(batches):
+    """Every (pixels, label) pair of a pass, in order, and the batch sizes."""
+    pairs, sizes = [], []
+    for x, y in batches:
+        sizes.append(len(x))
+        pairs += [(a.tobytes(), b.tobytes()) for a, b in zip(np.asarray(x), np.asarray(y))]
+    return pairs, sizes
+
+
+def _examples_in_order(ds):
+    return [(np.asarray(x).tobytes(), np.asarray(y).tobytes())
+            for x, y in ds.train(batch_size=None, shuffle=False)]
+
+
+def _block_path_spy(monkeypatch):
+    used = []
+    original = pipeline._block_batches
+
+    def spy(*args, **kwargs):
+        used.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_block_batches", spy)
+    return used
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_block_path_gives_every_example_once_per_epoch_shuffled(tmp_path, monkeypatch, cache):
+    root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25, "c": 20}, size=(8, 8))
+    ds = DatumDataset(root, image_size=(8, 8), batch_size=4, cache=cache, validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    # Small blocks and windows, so that a pass has several of each.
+    monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
+    monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
+    used = _block_path_spy(monkeypatch)
+    train = ds.train(seed=5)
+    assert used == [True]
+    want = sorted(_examples_in_order(ds))  # The per-example path.
+    assert len(want) == 75
+    assert train.cardinality().numpy() == 19
+    epochs = []
+    for _ in range(3):
+        pairs, sizes = _pairs(train)
+        assert sizes == [4] * 18 + [3]
+        assert sorted(pairs) == want  # Every example once, with its own label.
+        epochs.append(pairs)
+    assert epochs[0] != epochs[1] != epochs[2]  # Reshuffled each epoch.
+    assert [p for p, _ in epochs[0][:4]] != sorted(p for p, _ in epochs[0][:4])
+    # The same seed gives the same stream, epoch after epoch.
+    again = ds.train(seed=5)
+    assert [_pairs(again)[0] for _ in range(3)] == epochs
+
+
+def test_block_path_repeats_with_full_batches_and_no_shuffle_keeps_order(tmp_path, monkeypatch):
+    root = make_class_folders(tmp_path / "src", {"a": 6, "b": 5}, size=(8, 8))
+    ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    used = _block_path_spy(monkeypatch)
+    ordered, sizes = _pairs(ds.train(shuffle=False))
+    assert sizes == [4, 4, 3]
+    assert ordered == _examples_in_order(ds)
+    repeated, sizes = _pairs(ds.train(repeat=True).take(11))  # 44 examples: 4 epochs.
+    assert sizes == [4] * 11
+    assert sorted(repeated) == sorted(ordered * 4)
+    assert used == [True, True]
