@@ -102,7 +102,8 @@ def _batch_decoder(meta, split, options):
         batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, stored]), want)
         if (height, width) != tuple(options["image_size"]):
             batch = tf.image.resize(batch, options["image_size"], method=options["interpolation"])
-        batch = tf.cast(batch, tf.float32)
+        # Pixels that were not resized stay uint8: the cache keeps them as
+        # they are, and the cast to float32 happens once per batch.
         batch.set_shape((None, *options["image_size"], want))
         # Integer, one-hot and regression labels are element-wise: the
         # problem's own labelling works on the whole batch.
@@ -235,14 +236,26 @@ def _with_count(dataset, num_examples):
 _PIXEL_KEYS = ("images", "segmentation_masks")
 
 
-def _pixels_as(dtype):
+# Resize methods whose output stays within its input's range (weighted
+# averages with non-negative weights): their pixels need no clipping to fit
+# uint8 again.
+_CONVEX_INTERPOLATIONS = ("bilinear", "nearest", "area")
+
+
+def _pixels_as(dtype, interpolation=None):
+    """Casts the pixels of an element to `dtype` (uint8: rounded, and clipped
+    unless `interpolation` cannot leave [0, 255]); pixels already in `dtype`
+    are left alone."""
+
     def cast(inputs):
         inputs = dict(inputs)
         for key in _PIXEL_KEYS:
-            if key in inputs:
+            if key in inputs and inputs[key].dtype != dtype:
                 value = inputs[key]
                 if dtype == tf.uint8:
-                    value = tf.round(tf.clip_by_value(value, 0.0, 255.0))
+                    if interpolation not in _CONVEX_INTERPOLATIONS:
+                        value = tf.clip_by_value(value, 0.0, 255.0)
+                    value = tf.round(value)
                 inputs[key] = tf.cast(value, dtype)
         return inputs
 
@@ -320,7 +333,7 @@ def _examples(
         # shuffle the decoded elements: later epochs decode nothing. The
         # cast back to float32 waits for the batch when nothing per example
         # needs floats, so a cached epoch costs a few operations per batch.
-        dataset = decoded(dataset, then=_pixels_as(tf.uint8)).cache()
+        dataset = decoded(dataset, then=_pixels_as(tf.uint8, options["interpolation"])).cache()
     if shuffle:
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -430,7 +443,8 @@ def build(
         # Nothing happens per example: blocks of records are decoded,
         # cached, shuffled and cut into batches as blocks.
         blocks = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic)
-        blocks = batch_decoder(blocks, deterministic, _pixels_as(tf.uint8) if cache else None)
+        to_uint8 = _pixels_as(tf.uint8, options["interpolation"]) if cache else None
+        blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
             blocks = blocks.cache()
         dataset = _block_batches(
