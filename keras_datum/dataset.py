@@ -160,7 +160,10 @@ class DatumDataset:
             Defaults to `None`, which uses a fixed seed for the export (so
             every process agrees) and an unseeded read shuffle.
         shuffle: shuffle `train()` each epoch. Defaults to `True`.
-        shuffle_buffer_size: encoded examples in the read shuffle buffer.
+        shuffle_buffer_size: examples in the read shuffle buffer (encoded
+            ones, or decoded ones with the cache). Splits of small raw-pixel
+            images, batched with nothing per example, shuffle blocks of
+            examples and then permute each window of this many examples.
             Defaults to `None`: `min(2048, examples in the split)`.
         cache_dir: where the export lives. Defaults to
             `$KERAS_HOME/datum/<folder>-<hash of its absolute path>`

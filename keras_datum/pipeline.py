@@ -11,14 +11,18 @@ from keras_datum import datum_format
 from keras_datum import export
 from keras_datum import images
 from keras_datum import problems
+from keras_datum import storage
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Encoded examples held for shuffling. With the write-time shuffle and the
 # interleave of several shards, a few thousand already mixes the classes well.
 DEFAULT_SHUFFLE_BUFFER = 2048
 MAX_INTERLEAVE = 16
-# Records read and counted at a time (see `_shard_blocks`).
+# Records read and counted at a time (see `_shard_blocks`): at most this
+# many, and about `BLOCK_BYTES` of them, so that the blocks in flight (a few
+# per shard being interleaved) stay small whatever the records hold.
 COUNT_BLOCK = 256
+BLOCK_BYTES = 512 * 1024
 _DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
 
 
@@ -55,10 +59,10 @@ def decode_example(serialized, meta, options):
 
 # Serialized examples parsed and decoded together on the batch fast path.
 DECODE_BATCH = 256
-# Cached blocks shuffled at once on the batch fast path: 16,384 examples,
-# and all of a smaller split. More would delay the first batch of the
-# first epoch, which waits for the buffer to fill.
-MAX_SHUFFLED_BLOCKS = 64
+# Cached examples whose blocks are shuffled at once on the batch fast path
+# (all of a smaller split). More would delay the first batch of the first
+# epoch, which waits for the buffer to fill.
+MAX_SHUFFLED_EXAMPLES = 16384
 
 
 def _batch_decoder(meta, split, options):
@@ -133,8 +137,17 @@ def shard_paths(meta, cache_dir, split):
     return _shards(meta, cache_dir, split)[0]
 
 
-def _shard_blocks(path, expected, index):
-    """One shard's records in blocks of up to `COUNT_BLOCK`, then an end marker.
+def _block_records(paths, counts):
+    """Records per block: `BLOCK_BYTES` worth, judged from the first shard."""
+    try:
+        record_bytes = max(1, storage.getsize(paths[0]) // max(1, counts[0]))
+    except (IndexError, OSError):  # No shard, or a missing one: reading says so.
+        return COUNT_BLOCK
+    return max(1, min(COUNT_BLOCK, BLOCK_BYTES // record_bytes))
+
+
+def _shard_blocks(path, expected, index, block):
+    """One shard's records in blocks of `block`, then an end marker.
 
     Only native dataset ops here: this runs once per shard, and a function
     nested in it (a `map` or `scan`) would be instantiated for every shard,
@@ -154,7 +167,7 @@ def _shard_blocks(path, expected, index):
     )
     with tf.control_dependencies([present]):
         path = tf.identity(path)
-    blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(COUNT_BLOCK)
+    blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(block)
     blocks = tf.data.Dataset.zip((blocks, tf.data.Dataset.from_tensors((index, False)).repeat()))
     end = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), (index, True)))
     return blocks.concatenate(end)
@@ -186,7 +199,7 @@ def _checked(blocks, paths, counts):
     return blocks.scan(tf.zeros_like(counts), count)
 
 
-def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic):
+def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block):
     """The split's serialized examples in blocks (1-D string tensors): shard
     files interleaved in parallel, a block at a time, every shard's length
     checked. Empty blocks can occur."""
@@ -201,13 +214,13 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic):
     # path cannot be checked with `matching_files`: it reads shards plainly.
     if any(c in path for path in paths for c in "*?[]\\"):
         return files.interleave(
-            lambda path, count, index: tf.data.TFRecordDataset(path).batch(COUNT_BLOCK),
+            lambda path, count, index: tf.data.TFRecordDataset(path).batch(block),
             cycle_length=cycle_length,
             num_parallel_calls=AUTOTUNE,
             deterministic=deterministic,
         )
     blocks = files.interleave(
-        _shard_blocks,
+        lambda path, count, index: _shard_blocks(path, count, index, block),
         cycle_length=cycle_length,
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
@@ -215,13 +228,15 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic):
     return _checked(blocks, paths, counts)
 
 
-def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic, whole):
+def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block):
     """The split's serialized examples, one at a time (see `_serialized_blocks`).
 
     `whole` is False when each reader sees only part of the split (tf.data
     service workers), so the split's count cannot be asserted.
     """
-    dataset = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic).unbatch()
+    dataset = _serialized_blocks(
+        paths, counts, shuffle_files, seed, deterministic, block
+    ).unbatch()
     if not whole:
         return dataset
     return _with_count(dataset, num_examples)
@@ -296,7 +311,7 @@ def decoded_bytes(meta, split, options):
 
 def _examples(
     paths, counts, meta, options, batch_decoder, cache, shuffle, repeat, seed,
-    deterministic, buffer, shuffle_files, whole, shard_by_example,
+    deterministic, buffer, shuffle_files, whole, shard_by_example, block,
 ):
     """The split's decoded examples, one at a time: shuffled, repeated and
     cached as asked."""
@@ -306,11 +321,11 @@ def _examples(
     # by example needs the same record order on every worker.
     from_blocks = batch_decoder is not None and (cache or not shuffle) and not shard_by_example
     if from_blocks:
-        dataset = _serialized_blocks(paths, counts, False, seed, deterministic)
+        dataset = _serialized_blocks(paths, counts, False, seed, deterministic, block)
     else:
         dataset = _serialized(
             paths, counts, num_examples, shuffle_files, seed,
-            deterministic or bool(shard_by_example), whole,
+            deterministic or bool(shard_by_example), whole, block,
         )
     if shard_by_example:
         dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
@@ -344,7 +359,8 @@ def _examples(
 
 
 def _block_batches(
-    blocks, batch_size, shuffle, repeat, seed, deterministic, window, max_blocks, num_examples
+    blocks, batch_size, shuffle, repeat, seed, deterministic, window, block, max_blocks,
+    num_examples,
 ):
     """Blocks of decoded examples -> batches, with no step per example.
 
@@ -356,7 +372,7 @@ def _block_batches(
     """
     if shuffle:
         blocks = blocks.shuffle(
-            max_blocks or max(1, window // COUNT_BLOCK), seed=seed, reshuffle_each_iteration=True
+            max_blocks or max(1, window // block), seed=seed, reshuffle_each_iteration=True
         )
         windows = tf.data.Dataset.zip(
             (
@@ -372,7 +388,9 @@ def _block_batches(
             )
             return tf.nest.map_structure(lambda t: tf.gather(t, order), inputs)
 
-        blocks = windows.map(permute, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        # One window at a time: a permutation is a quick gather, and windows
+        # permuted ahead in parallel would each hold a window's memory.
+        blocks = windows.map(permute)
     if repeat:
         blocks = blocks.repeat()
     batches = blocks.rebatch(batch_size)
@@ -433,6 +451,7 @@ def build(
     shuffle_files = shuffle and not cache and not by_example
     batch_decoder = _batch_decoder(meta, split, options)
     problem = problems.get(meta["problem"])
+    block = _block_records(paths, counts)
     if (
         batch_decoder is not None
         and augment is None
@@ -442,16 +461,16 @@ def build(
     ):
         # Nothing happens per example: blocks of records are decoded,
         # cached, shuffled and cut into batches as blocks.
-        blocks = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic)
+        blocks = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block)
         to_uint8 = _pixels_as(tf.uint8, options["interpolation"]) if cache else None
         blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
             blocks = blocks.cache()
         dataset = _block_batches(
-            blocks, batch_size, shuffle, repeat, seed, deterministic, buffer,
+            blocks, batch_size, shuffle, repeat, seed, deterministic, buffer, block,
             # Cached blocks are references: many can take part in the
             # shuffle (decoded blocks read anew are bounded by `buffer`).
-            max_blocks=min(len(paths) + num_examples // COUNT_BLOCK, MAX_SHUFFLED_BLOCKS)
+            max_blocks=len(paths) + min(num_examples, MAX_SHUFFLED_EXAMPLES) // block
             if cache
             else None,
             num_examples=num_examples if whole else None,
@@ -460,7 +479,7 @@ def build(
     else:
         dataset = _examples(
             paths, counts, meta, options, batch_decoder, cache, shuffle, repeat, seed,
-            deterministic, buffer, shuffle_files, whole, by_example and shard_subset,
+            deterministic, buffer, shuffle_files, whole, by_example and shard_subset, block,
         )
         batched = False
     for augmentation in (augment, batch_augment):
@@ -505,7 +524,9 @@ def build(
             inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
         return to_keras(inputs)
 
-    dataset = dataset.map(finish, num_parallel_calls=AUTOTUNE)
+    # Batches of small raw-pixel images cast in a moment: one at a time,
+    # ahead of the consumer (the prefetch below), holds fewer in memory.
+    dataset = dataset.map(finish, num_parallel_calls=None if batched else AUTOTUNE)
     if data_service:
         # DYNAMIC sharding hands each shard file to one worker per epoch, so
         # every example is produced exactly once per epoch (at most once if a
