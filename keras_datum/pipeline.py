@@ -537,8 +537,13 @@ def build(
                 service=data_service,
             )
         )
+    options = tf.data.Options()
+    # tf.data's default graph rewrites run at every iterator creation, that
+    # is every epoch, and cost more than they save here: the parallelism and
+    # the prefetching above are placed by hand (measured with
+    # benchmarks/run.py: about 20 ms less per epoch, up to 12% on a small
+    # split's first epoch).
+    options.experimental_optimization.apply_default_optimizations = False
     if shard_policy is not None:
-        options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = shard_policy
-        dataset = dataset.with_options(options)
-    return dataset.prefetch(AUTOTUNE)
+    return dataset.with_options(options).prefetch(AUTOTUNE)
