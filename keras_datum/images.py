@@ -10,6 +10,12 @@ import tensorflow as tf
 from keras_datum import encode
 
 CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
+# A stored JPEG at least this many times the target on both sides is decoded
+# at half size (`decode_jpeg(ratio=2)`). Below it, half-scale decoding then
+# resizing strays further from an antialiased resize of the full image than
+# Keras's full decode with a bilinear resize does; from about 2.5x up it is
+# closer (`benchmarks/run.py` prints the measurement).
+HALF_SCALE_MIN = 2.5
 IMAGE_FEATURES = {
     "image": {"dtype": "string", "shape": []},
     "image/format": {"dtype": "string", "shape": []},
@@ -59,10 +65,10 @@ def decode(parsed, options):
 
     Small lossless images come from their stored raw pixels whenever those
     give exactly what decoding the PNG would (gray to any mode, RGB to RGB or
-    RGBA). A JPEG at least twice the target size on both sides is decoded at
-    half size by libjpeg's DCT scaling (`ratio=2`), which skips three
-    quarters of the inverse transforms; it is resized to the target
-    afterwards anyway.
+    RGBA). A JPEG at least `HALF_SCALE_MIN` times the target size on both
+    sides is decoded at half size by libjpeg's DCT scaling (`ratio=2`),
+    which skips three quarters of the inverse transforms; it is resized to
+    the target afterwards anyway.
     """
     channels = CHANNELS[options["color_mode"]]
     if "image/pixels" not in parsed:  # Caches from before raw pixels.
@@ -119,8 +125,8 @@ def _decode_encoded(parsed, options, channels):
     target_height, target_width = options["image_size"]
     halve = (
         is_jpeg
-        & (parsed["image/height"] >= 2 * target_height)
-        & (parsed["image/width"] >= 2 * target_width)
+        & (tf.cast(parsed["image/height"], tf.float32) >= HALF_SCALE_MIN * target_height)
+        & (tf.cast(parsed["image/width"], tf.float32) >= HALF_SCALE_MIN * target_width)
     )
     return tf.cond(
         halve,

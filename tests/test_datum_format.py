@@ -235,7 +235,7 @@ def test_jpeg_bytes_are_decoded_as_tensorflow_decodes_them(tmp_path):
             decoded[datum["label"]] = tf.io.decode_jpeg(f.read(), channels=3).numpy()
     for x, y in ds.train():
         assert np.array_equal(x.numpy(), decoded[int(y)].astype(np.float32))
-    # 48x64 JPEGs into 24x32: decoded at half size by libjpeg, as exported JPEGs are.
+    # 48x64 JPEGs into 24x32: resized.
     small = DatumDataset(export, image_size=(24, 32), batch_size=None, shuffle=False, verbose=False)
     x, _ = next(iter(small.train()))
     assert x.shape == (24, 32, 3)

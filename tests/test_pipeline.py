@@ -153,3 +153,21 @@ def test_block_path_repeats_with_full_batches_and_no_shuffle_keeps_order(tmp_pat
     assert sizes == [4] * 11
     assert sorted(repeated) == sorted(ordered * 4)
     assert used == [True, True]
+
+
+@pytest.mark.parametrize("side, half", [(64, False), (80, True)])
+def test_half_scale_jpeg_decode_from_two_and_a_half_times_the_target(tmp_path, side, half):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(side)
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    path = tmp_path / "src" / "a" / "0.jpg"
+    Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(path, quality=90)
+    ds = DatumDataset(tmp_path / "src", image_size=(32, 32), max_image_side=None, cache=False,
+                      validation_split=None, cache_dir=tmp_path / "cache", verbose=False)
+    ((x, _),) = ds.train(batch_size=None, shuffle=False)
+    data = path.read_bytes()
+    want = tf.image.resize(tf.io.decode_jpeg(data, channels=3, ratio=2 if half else 1), (32, 32))
+    np.testing.assert_array_equal(np.asarray(x), want.numpy())
+    other = tf.image.resize(tf.io.decode_jpeg(data, channels=3, ratio=1 if half else 2), (32, 32))
+    assert not np.array_equal(np.asarray(x), other.numpy())
