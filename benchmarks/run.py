@@ -344,8 +344,9 @@ What keras_datum does, and when each applies (the figures above are with all of 
 - **Half-scale JPEG decode** (`decode_jpeg(ratio=2)`) when a stored JPEG is at least
   2.5 times the target on both sides. The quality table above is why not from 2x, as
   first built: against an antialiased resize of the full decode, half-scale then
-  bilinear is further off than Keras's full decode then bilinear below about 2.5x,
-  and closer above it (where bilinear resizing without antialiasing skips pixels).
+  bilinear is further off than Keras's full decode then bilinear up to 2x, and closer
+  from 2.25x up (where bilinear resizing without antialiasing skips pixels); 2.5x
+  keeps a margin.
 - **Decoded in-memory cache** (`cache="auto"`): when the split fits a quarter of the
   available memory at the target size as uint8, the first epoch fills it and later
   epochs only shuffle, batch and cast. This is where the later-epoch ratios come from.
@@ -384,12 +385,13 @@ Why some targets are not met on this machine, from the figures above:
   tf.data stages per batch (cut, cast, prefetch). Reading the same cache in-graph
   (a `tf.function` pulling many batches per call) was tried and was not faster.
 - **The first epoch of ImageNet-like files** decodes every JPEG once, as Keras and
-  the limit do, and also fills the decoded cache (a rounding cast to uint8 per
-  image). `plain records` shows that reading the same JPEG bytes from TFRecord
-  shards, before any of keras_datum's own steps, already falls short of the
-  in-memory limit on this machine; Keras loses a similar share reading files. The
-  remaining lever is decoding less, and the quality table rules out the half-scale
-  decode at these sizes (1.8x to 2.2x the target).
+  the limit do. On top of that it fills the decoded cache (a rounding cast to uint8
+  per image), shuffles and batches the decoded images, and casts each batch; compare
+  `plain records`, which reads the same shards with none of those steps. How far
+  reading shards alone falls below the in-memory limit varies from run to run on
+  this machine. The lever that would win the difference back is decoding less, and
+  the quality table gives the half-scale decode no quality to spare at these sizes
+  (1.8x by 2.2x the target): level with Keras's path at 1.75x, worse at 2x.
 - **The first epoch of 12-megapixel photos** is 160 capped images: a few tenths of
   a second, where fixed per-epoch costs (creating the iterator, opening shards,
   filling the shuffle buffer) weigh as much as the decoding.

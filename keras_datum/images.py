@@ -11,10 +11,10 @@ from keras_datum import encode
 
 CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
 # A stored JPEG at least this many times the target on both sides is decoded
-# at half size (`decode_jpeg(ratio=2)`). Below it, half-scale decoding then
+# at half size (`decode_jpeg(ratio=2)`). Up to 2x, half-scale decoding then
 # resizing strays further from an antialiased resize of the full image than
-# Keras's full decode with a bilinear resize does; from about 2.5x up it is
-# closer (`benchmarks/run.py` prints the measurement).
+# Keras's full decode with a bilinear resize does; from 2.25x up it is
+# closer (`benchmarks/run.py` prints the measurement). 2.5x keeps a margin.
 HALF_SCALE_MIN = 2.5
 IMAGE_FEATURES = {
     "image": {"dtype": "string", "shape": []},

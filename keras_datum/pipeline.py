@@ -65,15 +65,20 @@ DECODE_BATCH = 256
 MAX_SHUFFLED_EXAMPLES = 16384
 
 
+def _unchanged(inputs):
+    return inputs
+
+
 def _batch_decoder(meta, split, options):
     """A whole-batch decoder for splits of same-size raw-pixel images, or None.
 
     When every image of a classification split has raw pixels (small
     lossless images, see `encode.RAW_MAX_PIXELS`) of one size and one
-    channel count, a batch of serialized examples is parsed with one
+    channel count, each block of serialized examples is parsed with one
     `parse_example` and its pixels with one `decode_raw`: the per-example
-    parsing and decoding, most of the cost of tiny images, is gone. The
-    result is exactly what the per-example path gives.
+    parsing and decoding, most of the cost of tiny images, is gone. Pixels
+    that need no resize stay uint8 until the pipeline's per-batch cast; what
+    comes out of the pipeline is exactly what the per-example path gives.
     """
     info = meta["splits"][split]
     sizes = info.get("image_sizes") or {}
@@ -113,13 +118,13 @@ def _batch_decoder(meta, split, options):
         # problem's own labelling works on the whole batch.
         return problem.with_labels({"images": batch}, parsed, meta, options)
 
-    def apply(blocks, deterministic, then=None):
+    def apply(blocks, deterministic, then=_unchanged):
         """Blocks of serialized examples -> blocks of decoded examples.
 
         `then` (element-wise, such as the cast to uint8) runs per block too,
         so no per-example step is left."""
         return blocks.map(
-            lambda s: (then or (lambda inputs: inputs))(decode_batch(s)),
+            lambda s: then(decode_batch(s)),
             num_parallel_calls=AUTOTUNE,
             deterministic=deterministic,
         )
@@ -310,27 +315,28 @@ def decoded_bytes(meta, split, options):
 
 
 def _examples(
-    paths, counts, meta, options, batch_decoder, cache, shuffle, repeat, seed,
+    paths, counts, meta, options, *, batch_decoder, cache, shuffle, repeat, seed,
     deterministic, buffer, shuffle_files, whole, shard_by_example, block,
 ):
     """The split's decoded examples, one at a time: shuffled, repeated and
-    cached as asked."""
+    cached as asked (see `build`). `shard_by_example` is `(index, count)`
+    when this worker takes every `count`-th example, else `None`."""
     num_examples = sum(counts)
     # Whole-batch decoding takes the reader's blocks as they come, unless
     # serialized records are shuffled before decoding (no cache). Sharing
     # by example needs the same record order on every worker.
-    from_blocks = batch_decoder is not None and (cache or not shuffle) and not shard_by_example
+    from_blocks = batch_decoder is not None and (cache or not shuffle) and shard_by_example is None
     if from_blocks:
         dataset = _serialized_blocks(paths, counts, False, seed, deterministic, block)
     else:
         dataset = _serialized(
             paths, counts, num_examples, shuffle_files, seed,
-            deterministic or bool(shard_by_example), whole, block,
+            deterministic or shard_by_example is not None, whole, block,
         )
-    if shard_by_example:
+    if shard_by_example is not None:
         dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
 
-    def decoded(dataset, then=None):
+    def decoded(dataset, then=_unchanged):
         """Serialized examples -> decoded dicts, with `then` applied (fused)."""
         if batch_decoder is not None:
             dataset = batch_decoder(
@@ -338,7 +344,7 @@ def _examples(
             ).unbatch()
             return _with_count(dataset, num_examples) if from_blocks and whole else dataset
         return dataset.map(
-            lambda s: (then or (lambda inputs: inputs))(decode_example(s, meta, options)),
+            lambda s: then(decode_example(s, meta, options)),
             num_parallel_calls=AUTOTUNE,
             deterministic=deterministic,
         )
@@ -462,7 +468,7 @@ def build(
         # Nothing happens per example: blocks of records are decoded,
         # cached, shuffled and cut into batches as blocks.
         blocks = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block)
-        to_uint8 = _pixels_as(tf.uint8, options["interpolation"]) if cache else None
+        to_uint8 = _pixels_as(tf.uint8, options["interpolation"]) if cache else _unchanged
         blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
             blocks = blocks.cache()
@@ -478,8 +484,10 @@ def build(
         batched = True
     else:
         dataset = _examples(
-            paths, counts, meta, options, batch_decoder, cache, shuffle, repeat, seed,
-            deterministic, buffer, shuffle_files, whole, by_example and shard_subset, block,
+            paths, counts, meta, options, batch_decoder=batch_decoder, cache=cache,
+            shuffle=shuffle, repeat=repeat, seed=seed, deterministic=deterministic,
+            buffer=buffer, shuffle_files=shuffle_files, whole=whole,
+            shard_by_example=shard_subset if by_example else None, block=block,
         )
         batched = False
     for augmentation in (augment, batch_augment):
