@@ -95,11 +95,8 @@ def _write_one_shard(task, problem_name, feature_spec, export_options, folder, o
     split, name = task
     with storage.open(os.path.join(folder, PLAN_FOLDER, name + ".json")) as f:
         records = [sources.ExampleRecord(**fields) for fields in json.load(f)]
-    encode_one = functools.partial(
-        export.encode_example, problem_name, export_options, feature_spec
-    )
-    tally = export.write_shard(
-        os.path.join(folder, name), split, records, map(encode_one, records), on_invalid
+    tally = export.encode_shard(
+        problem_name, feature_spec, export_options, on_invalid, folder, split, (name, records)
     )
     writer = f"{socket.gethostname()}:{os.getpid()}"
     with storage.open(os.path.join(folder, TALLY_FOLDER, name + ".json"), "w") as f:

@@ -6,8 +6,10 @@ The export:
    stratified by class);
 2. shuffles each split with the seed, spreading every class evenly, so that
    every shard mixes all classes;
-3. reads, validates and (rarely) converts the images on every CPU core, in a
-   bounded window, so the dataset is never held in memory;
+3. reads, validates and (rarely) converts the images on every CPU core, one
+   example at a time per worker, so the dataset is never held in memory: big
+   exports in forked processes that each write whole shards, small ones in
+   threads;
 4. writes the shards, the invalid-file report and, last, `metadata.json` into a
    temporary folder, and renames it into place. A crash at any point leaves
    either the previous cache or no cache, never a half-written one.
@@ -16,6 +18,7 @@ The export:
 import collections
 import datetime
 import functools
+import gc
 import math
 import multiprocessing
 import os
@@ -30,6 +33,7 @@ from tqdm.auto import tqdm
 from keras_datum import cache
 from keras_datum import encode
 from keras_datum import problems
+from keras_datum import records as record_files
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum import tfds_metadata
@@ -43,10 +47,9 @@ TARGET_SHARD_BYTES = 128 * 2**20
 # examples per shard.
 MIN_EXAMPLES_PER_SHARD = 64
 MAX_SMALL_SHARDS = 16
-# Splits this big are encoded in worker processes; smaller ones in threads.
+# Exports this big are written by worker processes, a shard at a time;
+# smaller ones in threads.
 PROCESS_POOL_MIN_EXAMPLES = 2000
-# Examples in flight per worker process.
-PROCESS_WINDOW_PER_WORKER = 1024
 # Images in flight per worker thread: enough to hide file latency, few enough
 # that memory stays flat.
 WINDOW_PER_WORKER = 8
@@ -132,7 +135,18 @@ def plan_shards(records, count, rng):
     return np.argsort(keys, kind="stable"), shard_of
 
 
-def encode_example(problem_name, options, spec, record):
+def example_encoder(feature_spec):
+    """Serializes a problem's features plus the source file name (see
+    `records.ExampleEncoder`).
+
+    `feature_spec` gives each feature's type, so that an empty list (an
+    image without boxes) is still stored with the right type.
+    """
+    spec = {**feature_spec, **SOURCE_FEATURES}
+    return record_files.ExampleEncoder({name: s["dtype"] for name, s in spec.items()})
+
+
+def encode_example(problem_name, options, encoder, record):
     """Reads, validates and serializes one record (in a thread or a process).
 
     Returns:
@@ -143,37 +157,23 @@ def encode_example(problem_name, options, spec, record):
         features, stats = problem.encode(record, options)
     except encode.InvalidExampleError as e:
         return e, None
-    return serialize(record, features, spec), stats
+    features["source/filename"] = record.relpath.encode("utf-8")
+    return encoder(features), stats
 
 
-def _encoded_stream(encode_one, records, workers):
-    """`encode_one` over `records`, in order, on all cores.
+def encode_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard):
+    """Reads, validates and writes one whole shard; returns its `SplitStats`.
 
-    Big splits use forked worker processes: Pillow's Python-side parsing
-    and the protobuf building hold the GIL, so threads stop scaling once
-    images are small. The workers touch no TensorFlow runtime (only Pillow,
-    NumPy and the `tf.train.Example` protobuf class), which is what makes
-    forking a process that has TensorFlow loaded safe. Small splits, where
-    starting processes would cost more than it saves, use threads: Pillow
-    releases the GIL while it decodes.
+    What an export worker process (or a Beam worker) does with a shard of
+    the plan: `shard` is `(file name, records in write order)`.
     """
-    if (
-        workers > 1
-        and len(records) >= PROCESS_POOL_MIN_EXAMPLES
-        # Remote files are read through TensorFlow's file systems, which a
-        # forked child must not touch.
-        and not storage.is_url(records[0].path)
-        and "fork" in multiprocessing.get_all_start_methods()
-    ):
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            chunk = max(1, min(256, len(records) // (workers * 16)))
-            # Windows bound what is in flight: `imap` alone would queue the
-            # whole split and let results pile up faster than they are written.
-            window = workers * PROCESS_WINDOW_PER_WORKER
-            for start in range(0, len(records), window):
-                yield from pool.imap(encode_one, records[start : start + window], chunksize=chunk)
-    else:
-        yield from _ordered_map(encode_one, records, workers)
+    name, members = shard
+    encode_one = functools.partial(
+        encode_example, problem_name, export_options, example_encoder(feature_spec)
+    )
+    return write_shard(
+        storage.join(folder, name), split, members, map(encode_one, members), on_invalid
+    )
 
 
 class SplitStats:
@@ -284,29 +284,6 @@ def _ordered_map(fn, items, workers):
                 future.cancel()
 
 
-def _feature(values, dtype):
-    if dtype == "string":
-        values = [values] if isinstance(values, bytes) else values
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
-    if dtype == "int64":
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
-
-
-def serialize(record, features, spec):
-    """One `tf.train.Example`: the problem's features plus the source file name.
-
-    `spec` (the feature spec) gives each feature's type, so that an empty
-    list (an image without boxes) is still stored with the right type.
-    """
-    features = {name: _feature(v, spec[name]["dtype"]) for name, v in features.items()}
-    features["source/filename"] = _feature(record.relpath.encode("utf-8"), "string")
-    example = tf.train.Example(features=tf.train.Features(feature=features))
-    # Map entries sorted by key: the bytes do not depend on the process (its
-    # hash seed), so a Beam worker writes what the local exporter writes.
-    return example.SerializeToString(deterministic=True)
-
-
 def plan_split(records, split, seed, min_shards=1):
     """The shards of one split: `[(shard file name, records in write order)]`.
 
@@ -335,7 +312,7 @@ def write_shard(path, split, records, results, on_invalid, progress=None):
         progress: called once per example, when given.
     """
     tally = SplitStats()
-    with tf.io.TFRecordWriter(path) as writer:  # Even an empty shard exists.
+    with record_files.RecordWriter(path) as writer:  # Even an empty shard exists.
         for record, (result, stats) in zip(records, results):
             if progress is not None:
                 progress()
@@ -374,22 +351,80 @@ def split_metadata(shards, tallies, num_classes):
 
 
 def _write_locally(problem, spec, export_options, plans, folder, on_invalid, progress):
-    """Writes every split's shards in this process; returns their tallies.
+    """Writes every split's shards from this process; returns their tallies."""
+    workers = os.cpu_count() or 1
+    total = sum(len(members) for shards in plans.values() for _, members in shards)
+    first = next(members[0] for shards in plans.values() for _, members in shards if members)
+    if (
+        workers > 1
+        and total >= PROCESS_POOL_MIN_EXAMPLES
+        # Remote files are read and written through TensorFlow's file
+        # systems, which a forked child must not touch.
+        and not storage.is_url(first.path)
+        and not storage.is_url(folder)
+        and "fork" in multiprocessing.get_all_start_methods()
+    ):
+        return _write_in_processes(problem, spec, export_options, plans, folder, on_invalid,
+                                   progress, workers)
+    return _write_in_threads(problem, spec, export_options, plans, folder, on_invalid,
+                             progress, workers)
+
+
+def _write_in_processes(problem, spec, export_options, plans, folder, on_invalid, progress,
+                        workers):
+    """Forked worker processes each read, validate and write whole shards.
+
+    Pillow's Python-side parsing holds the GIL, so threads stop scaling once
+    images are small; and a worker that writes its own shards sends nothing
+    back but the shard's tally. The workers touch no TensorFlow runtime
+    (Pillow, NumPy and `records` only), which is what makes forking a
+    process that has TensorFlow loaded safe. Each holds one example at a
+    time, so memory stays flat however big the split.
+    """
+    tasks = [(split, shard) for split, shards in plans.items() for shard in shards]
+    write = functools.partial(_write_task, problem.NAME, spec, export_options, on_invalid, folder)
+    tallies = {split: [] for split in plans}
+    # Objects that exist before the fork are left out of the children's
+    # garbage collections, which would otherwise write to (and so copy) every
+    # page of the parent's heap that they share.
+    gc.freeze()
+    try:
+        pool = multiprocessing.get_context("fork").Pool(workers)
+    finally:
+        gc.unfreeze()
+    with pool:
+        # In plan order; an invalid file with on_invalid="raise" raises here,
+        # and leaving the block stops the other workers at once.
+        for (split, _), tally in zip(tasks, pool.imap(write, tasks)):
+            progress.update(tally.num_examples + len(tally.invalid))
+            tallies[split].append(tally)
+    return tallies
+
+
+def _write_task(problem_name, spec, export_options, on_invalid, folder, task):
+    split, shard = task
+    return encode_shard(problem_name, spec, export_options, on_invalid, folder, split, shard)
+
+
+def _write_in_threads(problem, spec, export_options, plans, folder, on_invalid, progress,
+                      workers):
+    """Threads read and validate; this thread writes the shards in order.
 
     Shards are written one after the other, so only one file is open at a
-    time however many shards a big split needs, while one stream of encoded
-    examples per split keeps every core busy across shard boundaries.
+    time, while one stream of encoded examples per split keeps every core
+    busy across shard boundaries. Pillow releases the GIL while it decodes.
     """
-    workers = os.cpu_count() or 1
-    encode_one = functools.partial(encode_example, problem.NAME, export_options, spec)
+    encode_one = functools.partial(
+        encode_example, problem.NAME, export_options, example_encoder(spec)
+    )
     tallies = {}
     for split, shards in plans.items():
         ordered = [record for _, members in shards for record in members]
-        results = _encoded_stream(encode_one, ordered, workers)
+        results = _ordered_map(encode_one, ordered, workers)
         try:
             tallies[split] = [
                 write_shard(
-                    os.path.join(folder, name), split, members, results, on_invalid,
+                    storage.join(folder, name), split, members, results, on_invalid,
                     lambda: progress.update(1),
                 )
                 for name, members in shards
