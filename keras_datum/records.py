@@ -15,6 +15,7 @@ Python, without TensorFlow and without building protobuf objects:
 `tests/test_records.py` compares both with TensorFlow's own.
 """
 
+import functools
 import struct
 
 import google_crc32c
@@ -98,9 +99,7 @@ class ExampleEncoder:
     """
 
     def __init__(self, dtypes):
-        # Deterministic serialization orders map entries by key; code point
-        # order is UTF-8 byte order.
-        self._names = sorted(dtypes)
+        self._names = sorted(dtypes, key=functools.cmp_to_key(_upb_key_order))
         self._fields = []
         for name in self._names:
             key = name.encode("utf-8")
@@ -121,6 +120,17 @@ class ExampleEncoder:
             raise KeyError(f"Features without a dtype: {unknown}")
         message = b"".join(entries)
         return b"\x0a" + _varint(len(message)) + message
+
+
+def _upb_key_order(a, b):
+    """The map key order of protobuf's deterministic serialization (upb, its
+    default implementation): bytewise, except that a key comes after the
+    longer keys it is a prefix of ("image/format" before "image")."""
+    a, b = a.encode("utf-8"), b.encode("utf-8")
+    common = min(len(a), len(b))
+    if a[:common] != b[:common]:
+        return -1 if a[:common] < b[:common] else 1
+    return len(b) - len(a)
 
 
 def _masked_crc(data):
