@@ -44,8 +44,13 @@ def default_cache_dir(source):
     return os.path.join(keras_home(), "datum", f"{name}-{digest}")
 
 
-def fingerprint(layout, root):
+def fingerprint(layout, root, sizes=None):
     """Hashes the relative path, size and mtime of every file the export reads.
+
+    Args:
+        sizes: a dict that, when given, receives each file's size (0 when it
+            is missing), so that planning the export need not stat every
+            file again.
 
     Returns:
         A dict with `digest`, `num_files` and `num_bytes`.
@@ -60,6 +65,8 @@ def fingerprint(layout, root):
         except FileNotFoundError:  # An annotation naming a missing image.
             size, mtime = -1, -1
         total += max(size, 0)
+        if sizes is not None:
+            sizes[path] = max(size, 0)
         rel = sources.relative_path(path, root)
         hasher.update(f"{rel}\t{size}\t{mtime}\n".encode())
     return {"digest": hasher.hexdigest(), "num_files": len(paths), "num_bytes": total}

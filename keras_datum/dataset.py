@@ -490,7 +490,8 @@ class DatumDataset:
         # Read options are checked against what was found before any writing.
         self._resolve_read_options(layout.problem)
         problems.get(layout.problem).check_read_options(layout.info, self._read_options)
-        fingerprint = cache_lib.fingerprint(layout, self.source)
+        sizes = {}
+        fingerprint = cache_lib.fingerprint(layout, self.source, sizes)
         fresh = not force and self._reexport == "auto"
         if fresh:
             meta = self._fresh_cache(fingerprint)
@@ -508,6 +509,7 @@ class DatumDataset:
                     self.source,
                     self.cache_dir,
                     fingerprint=fingerprint,
+                    file_sizes=sizes,
                     export_options=self._export_options,
                     on_invalid=self._on_invalid,
                     verbose=self._verbose,

@@ -284,13 +284,15 @@ def _ordered_map(fn, items, workers):
                 future.cancel()
 
 
-def plan_split(records, split, seed, min_shards=1):
+def plan_split(records, split, seed, min_shards=1, file_sizes=None):
     """The shards of one split: `[(shard file name, records in write order)]`.
 
     The plan depends only on the records, the seed and `min_shards`, so the
     local export and a Beam export of the same folder write the same shards.
+    `file_sizes` (path -> bytes, from `cache.fingerprint`) saves a `stat`
+    of every file; files it lacks are measured.
     """
-    count = num_shards(len(records), _split_bytes(records), min_shards)
+    count = num_shards(len(records), _split_bytes(records, file_sizes or {}), min_shards)
     rng = np.random.default_rng([seed, SPLIT_STREAMS[split]])  # A stream per split.
     order, shard_of = plan_shards(records, count, rng)
     members = [[] for _ in range(count)]
@@ -434,11 +436,12 @@ def _write_in_threads(problem, spec, export_options, plans, folder, on_invalid, 
     return tallies
 
 
-def _split_bytes(records):
+def _split_bytes(records, file_sizes):
     """Bytes a split will take: each file once, and JSON texts by length."""
     texts = [r.annotation for r in records if isinstance(r.annotation, str)]
     files = {r.path for r in records if not isinstance(r.annotation, str)}
-    return sum(sources.file_size(p) for p in files) + sum(len(t) for t in texts)
+    sizes = (file_sizes[p] if p in file_sizes else sources.file_size(p) for p in files)
+    return sum(sizes) + sum(len(t) for t in texts)
 
 
 def _size_stats(sizes):
@@ -538,6 +541,7 @@ def export_layout(
     *,
     fingerprint,
     export_options,
+    file_sizes=None,
     on_invalid="skip",
     verbose=True,
     runner=None,
@@ -547,7 +551,9 @@ def export_layout(
 
     Call it holding `cache.export_lock(cache_dir)`. With a `runner`, the
     shards are written by an Apache Beam pipeline (see `beam.py`); the plan,
-    the metadata and the commit are the same either way.
+    the metadata and the commit are the same either way. `file_sizes` (path
+    -> bytes, filled by `cache.fingerprint`) spares the plan a second `stat`
+    of every file.
 
     Raises:
         ValueError: no valid image was found, or an invalid one was found
@@ -561,7 +567,7 @@ def export_layout(
     splits, carved = plan_splits(layout, export_options["validation_split"], seed)
     min_shards = export_options.get("min_shards", 1)
     plans = {
-        split: plan_split(records, split, seed, min_shards)
+        split: plan_split(records, split, seed, min_shards, file_sizes)
         for split, records in splits.items()
     }
     problem = problems.get(layout.problem)

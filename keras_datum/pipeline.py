@@ -366,7 +366,7 @@ def _examples(
 
 def _block_batches(
     blocks, batch_size, shuffle, repeat, seed, deterministic, window, block, max_blocks,
-    num_examples,
+    num_examples, then=None,
 ):
     """Blocks of decoded examples -> batches, with no step per example.
 
@@ -374,7 +374,9 @@ def _block_batches(
     `max_blocks` is given, as for a cached split; else about a window's
     worth), then a random permutation of each window of `window`
     consecutive examples. A batch therefore mixes examples from several
-    blocks, as a shuffle buffer of `window` examples would.
+    blocks, as a shuffle buffer of `window` examples would. `then`
+    (element-wise) runs on each window, or each block when nothing is
+    shuffled, before the cut into batches.
     """
     if shuffle:
         blocks = blocks.shuffle(
@@ -392,11 +394,14 @@ def _block_batches(
             order = tf.random.experimental.stateless_shuffle(
                 tf.range(size), seed=tf.stack([draw, tf.constant(0, tf.int64)])
             )
-            return tf.nest.map_structure(lambda t: tf.gather(t, order), inputs)
+            permuted = tf.nest.map_structure(lambda t: tf.gather(t, order), inputs)
+            return permuted if then is None else then(permuted)
 
         # One window at a time: a permutation is a quick gather, and windows
         # permuted ahead in parallel would each hold a window's memory.
         blocks = windows.map(permute)
+    elif then is not None:
+        blocks = blocks.map(then)
     if repeat:
         blocks = blocks.repeat()
     batches = blocks.rebatch(batch_size)
@@ -405,6 +410,41 @@ def _block_batches(
             tf.data.experimental.assert_cardinality(-(-num_examples // batch_size))
         )
     return batches
+
+
+# Float pixels of a window (the shuffle buffer) at most this big get the
+# pipeline's last step before the cut into batches (see `build`).
+EARLY_FINISH_BYTES = 64 * 1024 * 1024
+
+
+def _float_bytes(dataset, count):
+    """Bytes of `count` examples of `dataset`'s (batched) pixels as float32."""
+    spec = dataset.element_spec.get("images")
+    if spec is None or not spec.shape[1:].is_fully_defined():
+        return float("inf")
+    return 4 * count * spec.shape[1:].num_elements()
+
+
+def _finisher(element_spec, image_dtype, problem, labels_spec=None):
+    """The pipeline's last step, on examples or batches of them: pixels in
+    `image_dtype` (cached ones are uint8), labels back in their read dtype
+    (augmentation takes them as float32), then the problem's `(x, y)`.
+
+    `labels_spec` is the labels' spec before augmentation; by default the
+    one in `element_spec`."""
+    labels_spec = labels_spec or element_spec.get("labels")
+    int_labels = labels_spec is not None and labels_spec.dtype.is_integer
+    to_float = _pixels_as(tf.float32)
+
+    def finish(inputs):
+        inputs = to_float(inputs)
+        if "images" in inputs:
+            inputs["images"] = tf.cast(inputs["images"], image_dtype)
+        if int_labels:
+            inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
+        return problem.to_keras(inputs)
+
+    return finish
 
 
 def build(
@@ -472,6 +512,9 @@ def build(
         blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
             blocks = blocks.cache()
+        # The last step runs on whole windows when nothing works on batches
+        # and a window's float pixels stay small: one step per batch fewer.
+        early = batch_augment is None and _float_bytes(blocks, buffer) <= EARLY_FINISH_BYTES
         dataset = _block_batches(
             blocks, batch_size, shuffle, repeat, seed, deterministic, buffer, block,
             # Cached blocks are references: many can take part in the
@@ -480,6 +523,7 @@ def build(
             if cache
             else None,
             num_examples=num_examples if whole else None,
+            then=_finisher(blocks.element_spec, image_dtype, problem) if early else None,
         )
         batched = True
     else:
@@ -489,11 +533,12 @@ def build(
             buffer=buffer, shuffle_files=shuffle_files, whole=whole,
             shard_by_example=shard_subset if by_example else None, block=block,
         )
-        batched = False
+        batched = early = False
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:
             augmentation.reseed(seed)
-    labels_spec = dataset.element_spec.get("labels")
+    # (With the early finish, the elements are `(x, y)` already.)
+    labels_spec = None if early else dataset.element_spec.get("labels")
     int_labels = labels_spec is not None and labels_spec.dtype.is_integer
     to_float = _pixels_as(tf.float32)
 
@@ -522,19 +567,11 @@ def build(
         )
     if batch_augment is not None:
         dataset = dataset.map(augmented(batch_augment), num_parallel_calls=augment_calls)
-    to_keras = problem.to_keras
-
-    def finish(inputs):
-        inputs = to_float(inputs)  # Cached uint8 pixels, unless cast earlier.
-        if "images" in inputs:
-            inputs["images"] = tf.cast(inputs["images"], image_dtype)
-        if int_labels:
-            inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
-        return to_keras(inputs)
-
-    # Batches of small raw-pixel images cast in a moment: one at a time,
-    # ahead of the consumer (the prefetch below), holds fewer in memory.
-    dataset = dataset.map(finish, num_parallel_calls=None if batched else AUTOTUNE)
+    if not early:
+        finish = _finisher(dataset.element_spec, image_dtype, problem, labels_spec)
+        # Batches of small raw-pixel images cast in a moment: one at a time,
+        # ahead of the consumer (the prefetch below), holds fewer in memory.
+        dataset = dataset.map(finish, num_parallel_calls=None if batched else AUTOTUNE)
     if data_service:
         # DYNAMIC sharding hands each shard file to one worker per epoch, so
         # every example is produced exactly once per epoch (at most once if a

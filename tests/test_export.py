@@ -44,3 +44,19 @@ def test_process_pool_raises_on_invalid_and_cleans_up(tmp_path, monkeypatch):
     with pytest.raises(InvalidImageError, match=r"bad.png.*empty file"):
         ds.export()
     assert sorted(os.listdir(tmp_path)) == ["cache.lock", "src"]
+
+
+def test_fingerprint_sizes_give_the_plan_that_measuring_gives(tmp_path):
+    from keras_datum import cache
+    from keras_datum import problems
+
+    root = make_class_folders(tmp_path / "src", {"a": 30, "b": 30})
+    (tmp_path / "src" / "b" / "empty.png").write_bytes(b"")
+    layout = problems.find_layout(str(root))
+    sizes = {}
+    cache.fingerprint(layout, str(root), sizes)
+    records = layout.splits["train"]
+    assert sizes == {r.path: os.path.getsize(r.path) for r in records}
+    assert export.plan_split(records, "train", 3, 4, sizes) == export.plan_split(records, "train", 3, 4)
+    assert export._split_bytes(records, sizes) == sum(sizes.values()) > 0
+    assert export._split_bytes(records, {}) == export._split_bytes(records, sizes)

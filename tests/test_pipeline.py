@@ -160,6 +160,36 @@ def test_block_path_repeats_with_full_batches_and_no_shuffle_keeps_order(tmp_pat
     assert used == [True, True]
 
 
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_last_step_on_windows_gives_the_batches_of_the_last_step_on_batches(
+    tmp_path, monkeypatch, shuffle
+):
+    root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25}, size=(8, 8))
+    ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
+    monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
+    original, early = pipeline._block_batches, []
+
+    def spy(*args, **kwargs):
+        early.append(kwargs["then"] is not None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_block_batches", spy)
+
+    def stream():
+        train = ds.train(seed=7, shuffle=shuffle)
+        batches = [b for _ in range(2) for b in train]
+        assert all(x.dtype == "float32" and y.dtype == "int32" for x, y in batches)
+        return [(np.asarray(x).tobytes(), np.asarray(y).tobytes()) for x, y in batches]
+
+    on_windows = stream()
+    monkeypatch.setattr(pipeline, "EARLY_FINISH_BYTES", -1)
+    assert stream() == on_windows
+    assert early == [True, False]
+    assert len(on_windows) == 2 * 14
+
+
 @pytest.mark.parametrize("side, half", [(64, False), (80, True)])
 def test_half_scale_jpeg_decode_from_two_and_a_half_times_the_target(tmp_path, side, half):
     import tensorflow as tf
