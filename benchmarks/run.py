@@ -385,30 +385,38 @@ What keras_datum does, and when each applies (the figures above are with all of 
   example is left in any epoch. With a per-example `augment`, the blocks are decoded
   the same way and then unbatched.
 
-Why some targets are not met on this machine, from the figures above:
+Where a target is missed on this machine, this is why (the `plain records` and
+`loop ceiling` columns are the references):
 
 - **Later epochs of tiny images** are bounded by the consumer: the harness's Python
   loop (`loop ceiling`), like `model.fit` with `steps_per_execution=1`, takes one
-  batch at a time, and at 32-image batches the ceiling itself is not far above 15x
-  Keras. The cached batch path has no per-example step left; what remains is a few
-  tf.data stages per batch (cut, cast, prefetch). Reading the same cache in-graph
-  (a `tf.function` pulling many batches per call) was tried and was not faster.
+  batch at a time. The cached batch path has no per-example step left, and its last
+  step runs once per shuffle window; what remains per batch is the cut and the
+  prefetch. Reading the same cache in-graph (a `tf.function` pulling many batches
+  per call) was tried and was not faster.
 - **The first epoch of ImageNet-like files** decodes every JPEG once, as Keras and
-  the limit do. On top of that it fills the decoded cache (a rounding cast to uint8
-  per image), shuffles and batches the decoded images, and casts each batch; compare
-  `plain records`, which reads the same shards with none of those steps. How far
-  reading shards alone falls below the in-memory limit varies from run to run on
-  this machine. The lever that would win the difference back is decoding less, and
-  the quality table gives the half-scale decode no quality to spare at these sizes
-  (1.8x by 2.2x the target): level with Keras's path at 1.75x, worse at 2x.
-- **The first epoch of 12-megapixel photos** is 160 capped images: a few tenths of
-  a second, where fixed per-epoch costs (creating the iterator, opening shards,
-  filling the shuffle buffer) weigh as much as the decoding.
-- **Export of tiny files** runs Python per file (Pillow's open and decode, the
-  protobuf build), which costs more than a Keras epoch spends per file in C++.
-  Meeting 1.0x needs validation and serialization in native code (for example
-  `decode_png` in a tf.data map and the `tf.train.Example` bytes built with string
-  ops); that is not built.
+  the limit do. `plain records` reads the same shards with a plain
+  `TFRecordDataset` and nothing else, and it already falls below 0.95x the limit
+  in some runs: reading and parsing 80 KB records costs what bytes already in memory
+  do not. When the source files sit in the page cache, Keras's per-file reads cost
+  little too, and Keras runs at the limit. On top of `plain records`, the first
+  epoch checks every shard's length, fills the decoded cache (a rounding cast to
+  uint8 per image), shuffles the decoded images (the first batch waits for the
+  shuffle buffer) and casts each batch. Measured with process CPU time per image,
+  the decoding itself costs what it costs in `plain records`; the difference is
+  those steps. The lever that would win it back is decoding less, and the quality
+  table gives the half-scale decode no quality to spare at these sizes (1.8x by
+  2.2x the target): level with Keras's path at 1.75x, worse at 2x.
+- **The first epoch of 12-megapixel photos** is 160 capped images that decode in a
+  tenth of a second on two cores, so fixed per-epoch costs (creating the iterator
+  and instantiating its functions, opening and checking each shard, filling the
+  shuffle buffer) weigh as much as the decoding. `plain records`, with none of
+  them, is the reference for what the capped files allow.
+- **Export of tiny files** lands near one Keras epoch, above or below it from run to
+  run. Per file, Pillow's open and PNG decode (the validation, and the raw pixels)
+  are about half of a worker's time; reading the file, building the record
+  and writing it are the rest. Going lower needs PNG decoding without Pillow's
+  Python-side chunk handling.
 
 Not taken: `decode_and_crop_jpeg` for random-resized crops (augmentation runs as
 Keras/KerasCV layers on decoded images, so the crop is not known at decode time);

@@ -120,8 +120,7 @@ def encode_image(path, max_side=None):
             image, or over Pillow's decompression-bomb limit.
     """
     try:
-        with storage.open(path, "rb") as f:
-            data = f.read()
+        data = storage.read_bytes(path)
     except OSError as e:
         raise InvalidImageError(f"cannot read file: {e.strerror or e}") from e
     if not data:

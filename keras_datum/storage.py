@@ -138,6 +138,27 @@ def open(path, mode="r", encoding=None, newline=None):  # noqa: A001
     return io.StringIO(data.decode(encoding or "utf-8"), newline=newline)
 
 
+def read_bytes(path):
+    """A whole file's bytes; `OSError`s as `open` raises them.
+
+    A local file is read with plain system calls rather than through a
+    buffered file object: the export reads every source file this way, and
+    for small images the file object's setup is a tenth of the work.
+    """
+    if is_url(path):
+        with open(path, "rb") as f:
+            return f.read()
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        size = max(os.fstat(fd).st_size, 1)
+        parts = []
+        while chunk := os.read(fd, size):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def write_text(path, text):
     """Writes UTF-8 `text`, on disk (fsync) before returning where it can."""
     with open(path, "w", encoding="utf-8") as f:

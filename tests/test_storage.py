@@ -164,3 +164,21 @@ def test_voc_detection_on_ram(ram_root, tmp_path):
     boxes = sum(int(np.sum(np.asarray(y["classes"]) >= 0))
                 for _, y in ds.train(batch_size=None, shuffle=False))
     assert boxes == sum(len(b) for _, b, _, _ in draw_items(6))
+
+
+def test_read_bytes_local_and_remote(tmp_path, ram_root):
+    payload = np.random.default_rng(1).bytes(3 * 2**20 + 7)
+    (tmp_path / "big.bin").write_bytes(payload)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert storage.read_bytes(str(tmp_path / "big.bin")) == payload
+    assert storage.read_bytes(str(tmp_path / "empty.bin")) == b""
+    with pytest.raises(FileNotFoundError):
+        storage.read_bytes(str(tmp_path / "missing.bin"))
+    with pytest.raises(IsADirectoryError):
+        storage.read_bytes(str(tmp_path))
+    tf.io.gfile.makedirs(ram_root)
+    with tf.io.gfile.GFile(f"{ram_root}/big.bin", "wb") as f:
+        f.write(payload)
+    assert storage.read_bytes(f"{ram_root}/big.bin") == payload
+    with pytest.raises(FileNotFoundError):
+        storage.read_bytes(f"{ram_root}/missing.bin")

@@ -161,8 +161,7 @@ def features(info):
 
 def _read_mask(path):
     try:
-        with storage.open(path, "rb") as f:
-            mask = Image.open(io.BytesIO(f.read()))
+        mask = Image.open(io.BytesIO(storage.read_bytes(path)))
         mask.load()
     except FileNotFoundError:
         raise encode_lib.InvalidExampleError(f"mask file not found: {path}") from None

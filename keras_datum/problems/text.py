@@ -147,8 +147,7 @@ def encode(record, options):
         data = record.annotation.encode("utf-8")
     else:
         try:
-            with storage.open(record.path, "rb") as f:
-                data = f.read()
+            data = storage.read_bytes(record.path)
         except OSError as e:
             raise encode_lib.InvalidExampleError(f"cannot read file: {e.strerror or e}") from e
         try:
