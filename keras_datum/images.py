@@ -71,17 +71,43 @@ def decode(parsed, options):
     the target afterwards anyway.
     """
     channels = CHANNELS[options["color_mode"]]
-    if "image/pixels" not in parsed:  # Caches from before raw pixels.
+    split = options.get("stored_images")  # `stored_images` of the split, if known.
+    if "image/pixels" not in parsed or (split and split["raw"] == "none"):
+        # No raw pixels (or caches from before them).
         return _decode_encoded(parsed, options, channels)
     stored = parsed["image/channels"]
-    usable = (stored == 1) | ((stored == 3) & (channels >= 3))
-    image = tf.cond(
-        usable,
-        lambda: _from_pixels(parsed, stored, channels),
-        lambda: _decode_encoded(parsed, options, channels),
-    )
+    if split and split["raw"] == "all" and all(
+        c == 1 or (c == 3 and channels >= 3) for c in split["raw_channels"]
+    ):
+        image = _from_pixels(parsed, stored, channels)
+    else:
+        usable = (stored == 1) | ((stored == 3) & (channels >= 3))
+        image = tf.cond(
+            usable,
+            lambda: _from_pixels(parsed, stored, channels),
+            lambda: _decode_encoded(parsed, options, channels),
+        )
     image.set_shape([None, None, channels])
     return image
+
+
+def stored_images(info):
+    """What a split's export stats say about its stored images, or `None`.
+
+    `decode` uses it to choose its path once, when the split is built,
+    instead of per image: a `tf.cond` costs a little per image, and its
+    branches are instantiated again in every epoch, which a short epoch feels.
+    """
+    sizes = info.get("image_sizes") or {}
+    if "raw_images" not in info or "height" not in sizes or "width" not in sizes:
+        return None  # An export without these stats.
+    raw = info["raw_images"]
+    return {
+        "raw": "none" if raw == 0 else "all" if raw == info["num_examples"] else "some",
+        "raw_channels": list(info.get("raw_channels") or []),
+        "max_height": sizes["height"]["max"],
+        "max_width": sizes["width"]["max"],
+    }
 
 
 def _from_pixels(parsed, stored, channels):
@@ -123,6 +149,12 @@ def _decode_encoded(parsed, options, channels):
 
         return tf.cond(is_jpeg, opaque_jpeg, full)
     target_height, target_width = options["image_size"]
+    split = options.get("stored_images")
+    if split and (
+        split["max_height"] < HALF_SCALE_MIN * target_height
+        or split["max_width"] < HALF_SCALE_MIN * target_width
+    ):
+        return full()  # No image of the split is big enough to halve.
     halve = (
         is_jpeg
         & (tf.cast(parsed["image/height"], tf.float32) >= HALF_SCALE_MIN * target_height)

@@ -484,6 +484,8 @@ def build(
         # would hold the wrong examples.
         cache = False
     paths, counts = _shards(meta, cache_dir, split)
+    # The split's export stats let the image decoder choose its path once.
+    options = {**options, "stored_images": images.stored_images(meta["splits"][split])}
     # Each input pipeline (worker) reads its own files; a split with fewer
     # files than workers (fewer examples than workers) is shared by example.
     by_example = shard_subset is not None and len(paths) < shard_subset[1]

@@ -206,3 +206,38 @@ def test_half_scale_jpeg_decode_from_two_and_a_half_times_the_target(tmp_path, s
     np.testing.assert_array_equal(np.asarray(x), want.numpy())
     other = tf.image.resize(tf.io.decode_jpeg(data, channels=3, ratio=1 if half else 2), (32, 32))
     assert not np.array_equal(np.asarray(x), other.numpy())
+
+
+@pytest.mark.parametrize(
+    "files, raw",
+    [
+        # Small PNGs keep raw pixels; the big JPEG needs decoding and halving.
+        ({"0.png": (8, 8), "1.png": (8, 8), "2.jpg": (90, 90)}, "some"),
+        ({"0.jpg": (40, 40), "1.jpg": (50, 60)}, "none"),  # Never halved.
+        ({"0.jpg": (80, 80), "1.jpg": (90, 85)}, "none"),  # Always halved.
+        ({"0.png": (8, 8), "1.png": (8, 6)}, "all"),  # Mixed sizes: per example.
+    ],
+)
+@pytest.mark.parametrize("color_mode", ["rgb", "grayscale"])
+def test_split_stats_choose_the_decode_path_that_each_image_would(
+    tmp_path, monkeypatch, files, raw, color_mode
+):
+    from keras_datum import images
+
+    rng = np.random.default_rng(len(files))
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    for name, (height, width) in files.items():
+        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "src" / "a" / name)
+    ds = DatumDataset(tmp_path / "src", image_size=(32, 32), max_image_side=None,
+                      color_mode=color_mode, validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    summary = images.stored_images(ds.info["splits"]["train"])
+    assert summary["raw"] == raw
+    assert (summary["max_height"], summary["max_width"]) == (
+        max(h for h, _ in files.values()), max(w for _, w in files.values())
+    )
+    chosen = _examples_in_order(ds)
+    monkeypatch.setattr(images, "stored_images", lambda info: None)
+    assert _examples_in_order(ds) == chosen  # The per-image `tf.cond` path.
+    assert len(chosen) == len(files)
