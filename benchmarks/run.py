@@ -417,10 +417,10 @@ Where a target is missed on this machine, this is why (the `plain records` and
   and instantiating its functions, opening and checking each shard, filling the
   shuffle buffer) weigh as much as the decoding. `plain records`, with none of
   them, is the reference for what the capped files allow.
-- **Export of tiny files** lands near one Keras epoch, above or below it from run to
-  run. Per file, Pillow's open and PNG decode (the validation, and the raw pixels)
-  are about half of a worker's time; reading the file, building the record
-  and writing it are the rest. Going lower needs PNG decoding without Pillow's
+- **Export of tiny files** lands above one Keras epoch, by a margin that varies
+  from run to run on this machine. Per file, Pillow's open and PNG decode (the
+  validation, and the raw pixels) are about half of a worker's time; reading the
+  file, building the record and writing it are the rest. Going lower needs PNG decoding without Pillow's
   Python-side chunk handling.
 
 Not taken: `decode_and_crop_jpeg` for random-resized crops (augmentation runs as
