@@ -143,7 +143,7 @@ def read_bytes(path):
 
     A local file is read with plain system calls rather than through a
     buffered file object: the export reads every source file this way, and
-    for small images the file object's setup is a tenth of the work.
+    for tiny images the file object's setup is a few percent of the work.
     """
     if is_url(path):
         with open(path, "rb") as f:
