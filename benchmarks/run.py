@@ -419,9 +419,9 @@ Where a target is missed on this machine, this is why (the `plain records` and
   per call) was tried and was not faster.
 - **The first epoch of ImageNet-like files** decodes every JPEG once, as Keras and
   the limit do. `plain records` reads the same shards with a plain
-  `TFRecordDataset` and nothing else, and it already falls below 0.95x the limit
-  in some runs: reading and parsing 80 KB records costs what bytes already in memory
-  do not. When the source files sit in the page cache, Keras's per-file reads cost
+  `TFRecordDataset` and nothing else, and even it reaches 0.95x the limit at best
+  (between 0.85x and 0.95x in this session's harness runs): reading and parsing
+  80 KB records costs what bytes already in memory do not. When the source files sit in the page cache, Keras's per-file reads cost
   little too, and Keras runs at the limit. On top of `plain records`, the first
   epoch checks every shard's length, fills the decoded cache (a rounding cast to
   uint8 per image), shuffles the decoded images (the first batch waits for the
