@@ -96,7 +96,9 @@ def stored_images(info):
 
     `decode` uses it to choose its path once, when the split is built,
     instead of per image: a `tf.cond` costs a little per image, and its
-    branches are instantiated again in every epoch, which a short epoch feels.
+    branches are instantiated again in every epoch, which a short epoch
+    feels. `pipeline._batch_decoder` uses it to decide whether whole blocks
+    of a split decode at once.
     """
     sizes = info.get("image_sizes") or {}
     if "raw_images" not in info or "height" not in sizes or "width" not in sizes:
@@ -105,7 +107,9 @@ def stored_images(info):
     return {
         "raw": "none" if raw == 0 else "all" if raw == info["num_examples"] else "some",
         "raw_channels": list(info.get("raw_channels") or []),
+        "min_height": sizes["height"]["min"],
         "max_height": sizes["height"]["max"],
+        "min_width": sizes["width"]["min"],
         "max_width": sizes["width"]["max"],
     }
 

@@ -80,27 +80,27 @@ def _batch_decoder(meta, split, options):
     that need no resize stay uint8 until the pipeline's per-batch cast; what
     comes out of the pipeline is exactly what the per-example path gives.
     """
-    info = meta["splits"][split]
-    sizes = info.get("image_sizes") or {}
-    channels = info.get("raw_channels") or []
+    stored = images.stored_images(meta["splits"][split])
     want = images.CHANNELS[options["color_mode"]]
     if (
-        meta["problem"] != "classification"
+        stored is None
+        or meta["problem"] != "classification"
         or meta["label_spec"]["type"] not in ("class", "regression", "none")
         # Binary labels are reshaped per example.
         or options["label_mode"] == "binary"
-        or info.get("raw_images") != info["num_examples"]
-        or len(channels) != 1
-        or (channels[0] == 3 and want == 1)  # libpng's gray conversion: per image.
-        or any(sizes.get(k, {}).get("min") != sizes.get(k, {}).get("max") for k in ("height", "width"))
+        or stored["raw"] != "all"
+        or len(stored["raw_channels"]) != 1
+        or (stored["raw_channels"][0] == 3 and want == 1)  # libpng's gray conversion: per image.
+        or stored["min_height"] != stored["max_height"]
+        or stored["min_width"] != stored["max_width"]
     ):
         return None
-    height, width = sizes["height"]["min"], sizes["width"]["min"]
+    height, width = stored["max_height"], stored["max_width"]
+    raw_channels = stored["raw_channels"][0]
     if (height, width) != tuple(options["image_size"]) and (
         options["crop_to_aspect_ratio"] or options["pad_to_aspect_ratio"]
     ):
         return None
-    stored = channels[0]
     spec = parse_spec(meta["features"])
     spec.pop("image")  # The encoded copy is not needed.
     problem = problems.get(meta["problem"])
@@ -108,7 +108,7 @@ def _batch_decoder(meta, split, options):
     def decode_batch(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         pixels = tf.io.decode_raw(parsed.pop("image/pixels"), tf.uint8)
-        batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, stored]), want)
+        batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, raw_channels]), want)
         if (height, width) != tuple(options["image_size"]):
             batch = tf.image.resize(batch, options["image_size"], method=options["interpolation"])
         # Pixels that were not resized stay uint8: the cache keeps them as
@@ -425,14 +425,11 @@ def _float_bytes(dataset, count):
     return 4 * count * spec.shape[1:].num_elements()
 
 
-def _finisher(element_spec, image_dtype, problem, labels_spec=None):
+def _finisher(image_dtype, problem, labels_spec):
     """The pipeline's last step, on examples or batches of them: pixels in
-    `image_dtype` (cached ones are uint8), labels back in their read dtype
-    (augmentation takes them as float32), then the problem's `(x, y)`.
-
-    `labels_spec` is the labels' spec before augmentation; by default the
-    one in `element_spec`."""
-    labels_spec = labels_spec or element_spec.get("labels")
+    `image_dtype` (cached ones are uint8), labels back in `labels_spec`'s
+    dtype, as read (augmentation takes them as float32), then the problem's
+    `(x, y)`."""
     int_labels = labels_spec is not None and labels_spec.dtype.is_integer
     to_float = _pixels_as(tf.float32)
 
@@ -517,6 +514,7 @@ def build(
         # The last step runs on whole windows when nothing works on batches
         # and a window's float pixels stay small: one step per batch fewer.
         early = batch_augment is None and _float_bytes(blocks, buffer) <= EARLY_FINISH_BYTES
+        labels_spec = blocks.element_spec.get("labels")
         dataset = _block_batches(
             blocks, batch_size, shuffle, repeat, seed, deterministic, buffer, block,
             # Cached blocks are references: many can take part in the
@@ -525,7 +523,7 @@ def build(
             if cache
             else None,
             num_examples=num_examples if whole else None,
-            then=_finisher(blocks.element_spec, image_dtype, problem) if early else None,
+            then=_finisher(image_dtype, problem, labels_spec) if early else None,
         )
         batched = True
     else:
@@ -536,11 +534,10 @@ def build(
             shard_by_example=shard_subset if by_example else None, block=block,
         )
         batched = early = False
+        labels_spec = dataset.element_spec.get("labels")
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:
             augmentation.reseed(seed)
-    # (With the early finish, the elements are `(x, y)` already.)
-    labels_spec = None if early else dataset.element_spec.get("labels")
     int_labels = labels_spec is not None and labels_spec.dtype.is_integer
     to_float = _pixels_as(tf.float32)
 
@@ -570,7 +567,7 @@ def build(
     if batch_augment is not None:
         dataset = dataset.map(augmented(batch_augment), num_parallel_calls=augment_calls)
     if not early:
-        finish = _finisher(dataset.element_spec, image_dtype, problem, labels_spec)
+        finish = _finisher(image_dtype, problem, labels_spec)
         # Batches of small raw-pixel images cast in a moment: one at a time,
         # ahead of the consumer (the prefetch below), holds fewer in memory.
         dataset = dataset.map(finish, num_parallel_calls=None if batched else AUTOTUNE)
