@@ -236,3 +236,171 @@ def test_decode_takes_raw_pixels_when_they_are_exact_and_the_png_otherwise():
     parsed["image"] = tf.constant(png)
     gray = images.decode(parsed, {**options, "color_mode": "grayscale"}).numpy()
     np.testing.assert_array_equal(gray, tf.io.decode_png(png, channels=1).numpy())
+
+
+# --- PNG checks and the libspng path ----------------------------------------
+
+
+def _png_bytes(image, **save_args):
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", **save_args)
+    return buffer.getvalue()
+
+
+def _chunks(data):
+    """`[(type, start, end)]` of a PNG's chunks (start of the length field,
+    end after the CRC)."""
+    chunks, position = [], 8
+    while position < len(data):
+        length = int.from_bytes(data[position : position + 4], "big")
+        end = position + 12 + length
+        chunks.append((data[position + 4 : position + 8], position, end))
+        position = end
+    return chunks
+
+
+def _with_chunk(data, chunk_type, body):
+    """`data` with a chunk (valid CRC) inserted before IEND."""
+    import zlib
+
+    iend = [start for kind, start, _ in _chunks(data) if kind == b"IEND"][0]
+    crc = zlib.crc32(chunk_type + body).to_bytes(4, "big")
+    chunk = len(body).to_bytes(4, "big") + chunk_type + body + crc
+    return data[:iend] + chunk + data[iend:]
+
+
+def _damaged(data, how):
+    import zlib
+
+    chunks = {kind: (start, end) for kind, start, end in _chunks(data)}
+    damaged = bytearray(data)
+    start, end = chunks[b"IDAT"]
+    if how == "IDAT CRC":
+        damaged[end - 1] ^= 0xFF
+    elif how == "IHDR CRC":
+        damaged[chunks[b"IHDR"][1] - 1] ^= 0xFF
+    elif how == "Adler-32 only":  # The zlib checksum, with a correct chunk CRC.
+        damaged[end - 5] ^= 0x01
+        damaged[end - 4 : end] = zlib.crc32(bytes(damaged[start + 4 : end - 4])).to_bytes(4, "big")
+    elif how == "truncated in IDAT":
+        del damaged[end - 6 :]
+    elif how == "no IEND":
+        del damaged[chunks[b"IEND"][0] :]
+    return bytes(damaged)
+
+
+def _small_png_zoo():
+    """Small PNGs of every kind: the plain 8-bit gray and RGB ones take the
+    libspng path, the others (and those with chunks that change pixels)
+    Pillow's."""
+    rgb = Image.fromarray(_gradient((12, 20)))
+    gamma = _png_bytes(rgb)
+    gamma = _with_chunk(gamma, b"gAMA", (45455).to_bytes(4, "big"))
+    return {
+        "rgb": (_png_bytes(rgb), True),
+        "gray": (_png_bytes(rgb.convert("L")), True),
+        "rgb with gAMA and text": (_png_bytes(Image.open(io.BytesIO(gamma)), pnginfo=_text_info()), True),
+        "single pixel": (_png_bytes(Image.new("RGB", (1, 1), (9, 8, 7))), True),
+        "64 x 64": (_png_bytes(Image.fromarray(_gradient((64, 64)))), True),
+        "65 x 64 (too many pixels for raw)": (_png_bytes(Image.fromarray(_gradient((65, 64)))), False),
+        "palette": (_png_bytes(rgb.convert("P")), False),
+        "rgba": (_png_bytes(rgb.convert("RGBA")), False),
+        "gray alpha": (_png_bytes(rgb.convert("LA")), False),
+        "16-bit": (_png_bytes(Image.fromarray(np.arange(48, dtype=np.uint16).reshape(6, 8) * 999)), False),
+        "tRNS": (_png_bytes(rgb, transparency=(0, 0, 0)), False),
+        "interlaced": (_interlaced(rgb), False),
+        "eXIf": (_png_bytes(rgb, exif=_rotation_exif()), False),
+    }
+
+
+def _text_info():
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "drawn by the tests")
+    return info
+
+
+def _rotation_exif():
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return exif.tobytes()
+
+
+def _interlaced(image):
+    # Pillow writes no interlaced PNGs; TensorFlow's encoder neither. Build
+    # one: Adam7 passes of a 1 x 1 image are the one pixel, so the bytes
+    # equal a plain image's except for the IHDR interlace flag and its CRC.
+    import zlib
+
+    data = bytearray(_png_bytes(image.resize((1, 1))))
+    ihdr = [(start, end) for kind, start, end in _chunks(bytes(data)) if kind == b"IHDR"][0]
+    data[ihdr[0] + 8 + 12] = 1
+    data[ihdr[1] - 4 : ihdr[1]] = zlib.crc32(bytes(data[ihdr[0] + 4 : ihdr[1] - 4])).to_bytes(4, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("name", list(_small_png_zoo()))
+def test_small_pngs_give_pillows_result_whichever_decoder_reads_them(tmp_path, monkeypatch, name):
+    from keras_datum import encode
+
+    if encode.pyspng is None:
+        pytest.skip("pyspng has no wheel for this platform: Pillow reads every PNG")
+    data, by_libspng = _small_png_zoo()[name]
+    path = tmp_path / "x.png"
+    path.write_bytes(data)
+    calls = []
+    load = encode.pyspng.load
+    monkeypatch.setattr(encode.pyspng, "load", lambda b: calls.append(1) or load(b))
+    fast = encode_image(str(path))
+    assert bool(calls) == by_libspng
+    monkeypatch.setattr(encode, "pyspng", None)
+    assert fast == encode_image(str(path))
+    # And the stored bytes are what TensorFlow decodes to the same pixels.
+    if fast.channels:
+        pixels = np.frombuffer(fast.pixels, np.uint8).reshape(fast.height, fast.width, -1)
+        np.testing.assert_array_equal(_decode(fast, channels=fast.channels), pixels)
+
+
+def test_a_small_png_over_the_size_cap_is_shrunk_by_pillow(tmp_path):
+    path = tmp_path / "x.png"
+    path.write_bytes(_png_bytes(Image.fromarray(_gradient((40, 60)))))
+    encoded = encode_image(str(path), max_side=20)
+    assert (encoded.height, encoded.width) == (13, 20) and encoded.data != path.read_bytes()
+
+
+@pytest.mark.parametrize("libspng", [True, False])
+@pytest.mark.parametrize("size", [(12, 20), (80, 90)])  # Raw pixels or not.
+@pytest.mark.parametrize(
+    "how", ["IDAT CRC", "IHDR CRC", "Adler-32 only", "truncated in IDAT", "no IEND"]
+)
+def test_pngs_that_tensorflow_cannot_decode_are_invalid(tmp_path, monkeypatch, how, size, libspng):
+    from keras_datum import encode
+
+    if not libspng:
+        monkeypatch.setattr(encode, "pyspng", None)
+    good = _png_bytes(Image.fromarray(_gradient(size)))
+    tf.io.decode_png(good)
+    bad = _damaged(good, how)
+    # The real decoder refuses the file: it would fail in some epoch.
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_png(bad)
+    path = tmp_path / "bad.png"
+    path.write_bytes(bad)
+    with pytest.raises(InvalidImageError, match="PNG|not a decodable image"):
+        encode_image(str(path))
+
+
+def test_a_png_with_a_damaged_text_chunk_stays_valid_as_in_tensorflow(tmp_path):
+    # libpng drops an ancillary chunk whose CRC is wrong and decodes the image.
+    good = _png_bytes(Image.fromarray(_gradient()), pnginfo=_text_info())
+    text = [(start, end) for kind, start, end in _chunks(good) if kind == b"tEXt"][0]
+    bad = bytearray(good)
+    bad[text[1] - 1] ^= 0xFF
+    bad = bytes(bad)
+    pixels = tf.io.decode_png(bad).numpy()
+    path = tmp_path / "x.png"
+    path.write_bytes(bad)
+    encoded = encode_image(str(path))
+    assert encoded.data == bad
+    np.testing.assert_array_equal(np.frombuffer(encoded.pixels, np.uint8).reshape(pixels.shape), pixels)
