@@ -4,6 +4,8 @@ Shared by every problem type. Nothing here reads pixels (that is `encode`)
 or imports TensorFlow, so listing a big tree stays cheap.
 """
 
+import contextlib
+import gc
 import json
 import os
 from dataclasses import dataclass
@@ -20,6 +22,26 @@ SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "test": "tes
 KERAS_IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 CONVERTED_IMAGE_FORMATS = (".webp", ".tif", ".tiff")
 IMAGE_FORMATS = KERAS_IMAGE_FORMATS + CONVERTED_IMAGE_FORMATS
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while a layout is listed.
+
+    Listing 20,000 files makes about 60,000 small objects (records and their
+    labels), enough to set off several full collections, each of which walks
+    every object of the process: hundreds of thousands once TensorFlow and
+    Keras are imported. That made listing 5x slower (260 ms against 51 ms
+    for 20,000 files). The records hold no reference cycles, so nothing is
+    left for the collector to find.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass

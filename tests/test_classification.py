@@ -135,3 +135,37 @@ def test_parse_label_cell(text, expected):
 def test_parse_label_cell_never_evaluates():
     with pytest.raises(ValueError, match=r"f.csv:2: .__import__\(.os.\). in .* is not a number"):
         parse_label_cell("[__import__('os')]", "f.csv:2")
+
+
+def test_listing_runs_with_the_cyclic_collector_paused_and_restores_it(tmp_path, monkeypatch):
+    import gc
+
+    from conftest import make_class_folders
+
+    from keras_datum import problems
+    from keras_datum.problems import classification
+
+    make_class_folders(tmp_path / "data", {"a": 2, "b": 2})
+    states = []
+    find = classification.find_layout
+
+    def spy(root, follow_links=False):
+        states.append(gc.isenabled())
+        return find(root, follow_links=follow_links)
+
+    monkeypatch.setattr(classification, "find_layout", spy)
+    assert gc.isenabled()
+    layout = problems.find_layout(str(tmp_path / "data"))
+    assert len(layout.splits["train"]) == 4
+    assert states == [False] and gc.isenabled()
+    # Restored after an error too, and left off when it was off.
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="is empty"):
+        problems.find_layout(str(tmp_path / "empty"))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        problems.find_layout(str(tmp_path / "data"))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

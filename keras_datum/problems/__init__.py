@@ -24,6 +24,7 @@ A problem module provides:
 The shared machinery (export, cache, pipeline) calls only these.
 """
 
+from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.problems import detection
 from keras_datum.problems import segmentation
@@ -51,10 +52,11 @@ def find_layout(root, problem=None, follow_links=False):
         ValueError: when no problem type recognises the folder.
     """
     candidates = [PROBLEMS[problem]] if problem else list(PROBLEMS.values())
-    for module in candidates:
-        layout = module.find_layout(root, follow_links=follow_links)
-        if layout is not None:
-            return layout
+    with sources.collector_paused():
+        for module in candidates:
+            layout = module.find_layout(root, follow_links=follow_links)
+            if layout is not None:
+                return layout
     raise ValueError(
         f"Could not recognise a {problem or 'known'} layout in {root!r}. "
         "See docs/layouts.md for the folder trees keras_datum reads."
