@@ -68,7 +68,7 @@ class _PngHeader:
     color_type: int
     interlace: int
     chunk_types: set
-    image_data: bytes  # The IDAT chunks' data, joined: one zlib stream.
+    image_data: list  # Views of the IDAT chunks' data: together, one zlib stream.
 
 
 class InvalidExampleError(ValueError):
@@ -127,6 +127,9 @@ def _png_header(data):
     Pillow checks neither, so without this a file that TensorFlow cannot
     decode could pass validation.
 
+    Returns:
+        A `_PngHeader`: the IHDR fields, the chunk types seen and the image data.
+
     Raises:
         InvalidImageError: the file is truncated or a critical chunk is damaged.
     """
@@ -160,7 +163,7 @@ def _png_header(data):
         position = after
     if header is None:
         raise InvalidImageError("not a decodable image (PNG without a valid IHDR chunk)")
-    return _PngHeader(*header, chunk_types, b"".join(image_data))
+    return _PngHeader(*header, chunk_types, image_data)
 
 
 def _small_png(data, png, max_side):
@@ -185,7 +188,7 @@ def _small_png(data, png, max_side):
     ):
         return None
     try:
-        rows = zlib.decompress(png.image_data)
+        rows = zlib.decompress(b"".join(png.image_data))
         if len(rows) != png.height * (1 + png.width * channels):
             return None  # Let Pillow judge a stream of the wrong length.
         pixels = pyspng.load(data)
