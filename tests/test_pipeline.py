@@ -161,7 +161,7 @@ def test_block_path_repeats_with_full_batches_and_no_shuffle_keeps_order(tmp_pat
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
-def test_last_step_on_windows_gives_the_batches_of_the_last_step_on_batches(
+def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_batches(
     tmp_path, monkeypatch, shuffle
 ):
     root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25}, size=(8, 8))
@@ -169,10 +169,11 @@ def test_last_step_on_windows_gives_the_batches_of_the_last_step_on_batches(
                       cache_dir=tmp_path / "cache", verbose=False)
     monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
     monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
-    original, early = pipeline._block_batches, []
+    original, early, ahead = pipeline._block_batches, [], []
 
     def spy(*args, **kwargs):
         early.append(kwargs["then"] is not None)
+        ahead.append(kwargs["ahead"])
         return original(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "_block_batches", spy)
@@ -187,6 +188,8 @@ def test_last_step_on_windows_gives_the_batches_of_the_last_step_on_batches(
     monkeypatch.setattr(pipeline, "EARLY_FINISH_BYTES", -1)
     assert stream() == on_windows
     assert early == [True, False]
+    # Small windows are also made one ahead: the same batches either way.
+    assert ahead == [True, False]
     assert len(on_windows) == 2 * 14
 
 
