@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -261,8 +262,6 @@ def _chunks(data):
 
 def _with_chunk(data, chunk_type, body):
     """`data` with a chunk (valid CRC) inserted before IEND."""
-    import zlib
-
     iend = [start for kind, start, _ in _chunks(data) if kind == b"IEND"][0]
     crc = zlib.crc32(chunk_type + body).to_bytes(4, "big")
     chunk = len(body).to_bytes(4, "big") + chunk_type + body + crc
@@ -270,8 +269,6 @@ def _with_chunk(data, chunk_type, body):
 
 
 def _damaged(data, how):
-    import zlib
-
     chunks = {kind: (start, end) for kind, start, end in _chunks(data)}
     damaged = bytearray(data)
     start, end = chunks[b"IDAT"]
@@ -331,8 +328,6 @@ def _interlaced(image):
     # Pillow writes no interlaced PNGs; TensorFlow's encoder neither. Build
     # one: Adam7 passes of a 1 x 1 image are the one pixel, so the bytes
     # equal a plain image's except for the IHDR interlace flag and its CRC.
-    import zlib
-
     data = bytearray(_png_bytes(image.resize((1, 1))))
     ihdr = [(start, end) for kind, start, end in _chunks(bytes(data)) if kind == b"IHDR"][0]
     data[ihdr[0] + 8 + 12] = 1
