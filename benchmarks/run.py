@@ -361,7 +361,7 @@ What keras_datum does, and when each applies (the figures above are with all of 
   object TensorFlow and Keras have made; paused while a layout is listed, listing
   takes a quarter of the time. This shortens both the export and the check of an
   existing cache before the first batch.
-- **Export in parallel processes** for exports of 2,000 examples or more (Pillow's
+- **Export in parallel processes** for exports of 1,000 examples or more (Pillow's
   Python-side parsing holds the GIL): each worker process reads, validates and
   writes whole shards and sends back only their tallies. Threads below that, where
   starting processes costs more than it saves.
