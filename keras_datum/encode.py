@@ -15,6 +15,11 @@ converted once, so that the read path never meets a format it cannot decode:
   photo in every epoch to resize it to 224 pixels is the single biggest waste
   an input pipeline can have; the cap does that work once.
 
+PNGs are also checked as TensorFlow's decoder (libpng) checks them: Pillow
+skips the critical chunks' CRCs and opens a file cut before its IEND chunk,
+and libspng (small PNGs) skips the zlib checksum. So no file passes
+validation that `tf.io.decode_png` would refuse in some epoch.
+
 This module imports no TensorFlow: it runs in export worker threads.
 """
 
@@ -184,7 +189,7 @@ def _small_png(data, png, max_side):
         or png.width * png.height > RAW_MAX_PIXELS
         # Pillow's decompression-bomb limit (warning or error) stays Pillow's.
         or (Image.MAX_IMAGE_PIXELS and png.width * png.height > Image.MAX_IMAGE_PIXELS)
-        or (max_side and max(png.width, png.height) > max_side * CAP_SLACK)
+        or _over_cap(png.width, png.height, max_side)
     ):
         return None
     try:
@@ -192,10 +197,15 @@ def _small_png(data, png, max_side):
         if len(rows) != png.height * (1 + png.width * channels):
             return None  # Let Pillow judge a stream of the wrong length.
         pixels = pyspng.load(data)
-    except (zlib.error, RuntimeError) as e:
+    except Exception as e:  # zlib.error, and pyspng's RuntimeError for bad data.
         raise InvalidImageError(f"not a decodable image ({type(e).__name__}: {e})") from e
     size = (png.height, png.width)
     return EncodedImage(data, "png", *size, size, pixels.tobytes(), channels)
+
+
+def _over_cap(width, height, max_side):
+    """Whether an image is shrunk to `max_side` (more than `CAP_SLACK` over it)."""
+    return bool(max_side) and max(width, height) > max_side * CAP_SLACK
 
 
 def _upright_size(image, orientation):
@@ -249,7 +259,7 @@ def encode_image(path, max_side=None):
         width, height = image.size
         # Images only a little over the cap keep their bytes: re-encoding
         # costs more at export than the slightly larger decode costs later.
-        too_big = bool(max_side) and max(width, height) > max_side * CAP_SLACK
+        too_big = _over_cap(width, height, max_side)
         keep = orientation in (1, None) and not too_big and (
             source_format == "PNG"
             or (source_format == "JPEG" and image.mode in ("L", "RGB"))
