@@ -258,7 +258,7 @@ def measure(name, spec, data_dir, work_dir, runs):
         with open(file, "rb") as f:
             encoded.append(f.read())
     keras_rates, limit_rates, exports, firsts, laters, first_batches = [], [], [], [], [], []
-    ceilings, records = [], []
+    ceilings, records, uint8_firsts, uint8_laters = [], [], [], []
     for _ in range(runs):
         ceilings.append(loop_ceiling_rate(image_size, -(-len(encoded) // 32)))
         keras_rates.append(keras_rate(path, image_size))
@@ -273,6 +273,11 @@ def measure(name, spec, data_dir, work_dir, runs):
         train = datum(path, image_size, cache_dir).train()
         firsts.append(_epoch(train))
         laters.append(statistics.median(_epoch(train) for _ in range(2)))
+        # The same with uint8 images out (the model casts them): the lever
+        # for accelerators, not a figure to compare with Keras's floats.
+        train = datum(path, image_size, cache_dir, image_dtype="uint8").train()
+        uint8_firsts.append(_epoch(train))
+        uint8_laters.append(statistics.median(_epoch(train) for _ in range(2)))
     median = statistics.median
     keras_epoch_s = len(encoded) / median(keras_rates)
     row = {
@@ -287,12 +292,16 @@ def measure(name, spec, data_dir, work_dir, runs):
         "first_batch_s": median(first_batches),
         "ceiling_img_s": median(ceilings),
         "records_img_s": median(records),
+        "uint8_first_img_s": median(uint8_firsts),
+        "uint8_later_img_s": median(uint8_laters),
     }
     row["first_vs_keras"] = row["first_img_s"] / row["keras_img_s"]
     row["first_vs_limit"] = row["first_img_s"] / row["limit_img_s"]
     row["later_vs_keras"] = row["later_img_s"] / row["keras_img_s"]
     row["ceiling_vs_keras"] = row["ceiling_img_s"] / row["keras_img_s"]
     row["records_vs_limit"] = row["records_img_s"] / row["limit_img_s"]
+    row["uint8_first_vs_float"] = row["uint8_first_img_s"] / row["first_img_s"]
+    row["uint8_later_vs_float"] = row["uint8_later_img_s"] / row["later_img_s"]
     row["export_vs_keras_epoch"] = row["export_s"] / keras_epoch_s
     # Each run's own ratios (its two figures measured back to back): their
     # range shows how much this machine's speed moves between runs.
@@ -406,6 +415,16 @@ What keras_datum does, and when each applies (the figures above are with all of 
   cut into batches: made on demand, a window's work stalls the batches behind it
   for longer than the prefetched batches last (+10% on cached tiny-image epochs
   in a paired A/B, median of 15 pairs).
+- **uint8 images out, cast on the accelerator** (`image_dtype="uint8"`, opt-in):
+  the pipeline hands out the pixels as uint8 (rounded, and clipped after
+  augmentation) and the model casts them (a Functional or Sequential model to its
+  `keras.Input`'s dtype; `keras.layers.Rescaling` too). A cached epoch of 224-pixel
+  images is then little more than a shuffle and a batch copy of a quarter of the
+  bytes (see the uint8 table), and the copy to the accelerator shrinks by 4x against
+  float32 (2x against a mixed policy's float16). It pays where the host's CPU is the bottleneck and a GPU or TPU does
+  the cast for free; training on the CPU itself only moves the cast into the model,
+  and tiny images gain little (their batches are small already). Off by default, so
+  that `x` is what `keras.utils.image_dataset_from_directory` gives.
 - **Interleave and shuffle from the shard layout**: up to 16 shards read in
   parallel; a shuffle buffer of `min(2048, split size)` serialized (or, with the
   cache, decoded) examples.
@@ -515,6 +534,22 @@ def markdown(rows, checks, runs, smoke, quality):
         )
     lines += [
         "",
+        "uint8 images out (`image_dtype=\"uint8\"`, see Levers), from the same runs: the "
+        "pipeline skips the cast to float32 and hands a quarter of the bytes to the "
+        "model, whose first layer casts them on the accelerator. On a CPU the model "
+        "pays that cast instead, so these figures are not compared with Keras's float "
+        "batches, only with the float32 output above.",
+        "",
+        "| dataset | first epoch img/s | vs float32 out | later epochs img/s | vs float32 out |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['uint8_first_img_s']:.0f} | {r['uint8_first_vs_float']:.2f}x | "
+            f"{r['uint8_later_img_s']:.0f} | {r['uint8_later_vs_float']:.2f}x |"
+        )
+    lines += [
+        "",
         "Peak resident memory (MB) of a child process during the operation, after "
         "TensorFlow is imported; `+` is the growth above the process's size when it started.",
         "",
@@ -540,7 +575,12 @@ def markdown(rows, checks, runs, smoke, quality):
         "",
         "`measured` compares the medians; `each run` is the range of the ratios each run "
         "measured on its own (both figures back to back), which shows how much this "
-        "machine's speed moves from run to run.",
+        "machine's speed moves from run to run. Much of that movement is this machine's: "
+        "now and then an epoch runs on one of the two cores, in every pipeline, Keras's "
+        "included (profiled, such an epoch's process CPU time equals its wall time while "
+        "the other core idles; the kernel here is booted with `sched_vcpu_pack`, which "
+        "packs threads onto fewer virtual CPUs). A run in which one figure of a ratio "
+        "landed on one core and the other on two gives the ends of these ranges.",
         "",
         "| target | measured | each run | wanted | met |",
         "|---|---|---|---|---|",

@@ -33,6 +33,8 @@ REEXPORT_MODES = ("auto", "never", "always")
 # `max_image_side="auto"` caps the longer side at this many times the target.
 AUTO_SIDE_FACTOR = 2
 ON_INVALID = ("skip", "raise")
+# `None`: the mixed-precision policy's compute dtype.
+IMAGE_DTYPES = (None, "uint8")
 # How long a process waits for another one's export of the same cache.
 LOCK_TIMEOUT_SECONDS = 3600
 # What `from_tfrecords` takes: the options that concern reading.
@@ -41,7 +43,7 @@ DATUM_READ_OPTIONS = (
     "crop_to_aspect_ratio", "pad_to_aspect_ratio", "seed", "shuffle",
     "shuffle_buffer_size", "problem", "bounding_box_format", "max_boxes",
     "bounding_box_class_key", "cache", "cache_budget", "strategy",
-    "mixed_precision", "verbose",
+    "mixed_precision", "image_dtype", "verbose",
 )
 
 
@@ -207,6 +209,16 @@ class DatumDataset:
             `"float32"` (leave the global policy alone), `"mixed_float16"` or
             `"mixed_bfloat16"`. Set when the dataset is created. Defaults to
             `"auto"`. See `docs/distribution.md`.
+        image_dtype: the dtype images leave the pipeline in. `None` is the
+            mixed-precision policy's compute dtype (float32 unless a mixed
+            policy is set), as Keras's loaders give. `"uint8"` hands out the
+            pixels rounded to integers in [0, 255] (after any augmentation,
+            clipped to that range): a quarter of the bytes of float32 to copy
+            to the accelerator and no cast on the CPU. The model casts them:
+            a Functional or Sequential model to its `keras.Input`'s dtype, and
+            `keras.layers.Rescaling` to its compute dtype; start a subclassed
+            model with one of those. Not for text datasets. Defaults to
+            `None`. See `docs/distribution.md`.
         verbose: print the layout found and show a progress bar. Defaults to
             `True`.
 
@@ -252,6 +264,7 @@ class DatumDataset:
         cache_budget=None,
         strategy="auto",
         mixed_precision="auto",
+        image_dtype=None,
         verbose=True,
     ):
         if not isinstance(source, (str, os.PathLike)):
@@ -306,6 +319,7 @@ class DatumDataset:
         _check_positive_or_none("cache_budget", cache_budget)
         distribute.check_strategy(strategy)
         _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
+        _choice("image_dtype", image_dtype, IMAGE_DTYPES)
         if not storage.exists(source):
             raise FileNotFoundError(f"Source folder not found: {source!r}")
         if not storage.isdir(source):
@@ -358,6 +372,7 @@ class DatumDataset:
         # Applied now, not at import or first read, so that a model built
         # after the dataset (inside `ds.strategy.scope()`) uses the policy.
         self.mixed_precision = distribute.apply_mixed_precision(mixed_precision)
+        self._image_dtype = image_dtype
 
     @classmethod
     def from_tfrecords(cls, path, *, class_names=None, **options):
@@ -606,6 +621,11 @@ class DatumDataset:
                 f"This dataset has no {split!r} split. Its splits are "
                 f"{sorted(meta['splits'])}."
             )
+        if self._image_dtype is not None and "image" not in meta["features"]:
+            raise ValueError(
+                f"`image_dtype` applies to images; this is a {meta['problem']} "
+                f"dataset without images. Received: image_dtype={self._image_dtype!r}"
+            )
         batch_size = self._batch_size if batch_size == "default" else batch_size
         _check_batch_size(batch_size)
         augmentations = augment_lib.resolve(
@@ -636,7 +656,7 @@ class DatumDataset:
             shuffle_buffer_size=self._shuffle_buffer_size,
             augment=augmentations[0],
             batch_augment=augmentations[1],
-            image_dtype=distribute.input_dtype(),
+            image_dtype=self._image_dtype or distribute.input_dtype(),
             cache=self._cache_decoded(meta, split),
             data_service=data_service,
         )
@@ -680,7 +700,8 @@ class DatumDataset:
 
         `x` is float32 in [0, 255] of shape `(batch, height, width, channels)`,
         as from `keras.utils.image_dataset_from_directory` (the compute dtype
-        under a mixed-precision policy); `y` follows `label_mode`. The batch
+        under a mixed-precision policy, uint8 with `image_dtype="uint8"`);
+        `y` follows `label_mode`. The batch
         is the global batch: `batch_size` times the strategy's replicas.
 
         Args:

@@ -273,13 +273,20 @@ def _pixels_as(dtype, interpolation=None):
             if key in inputs and inputs[key].dtype != dtype:
                 value = inputs[key]
                 if dtype == tf.uint8:
-                    if interpolation not in _CONVEX_INTERPOLATIONS:
-                        value = tf.clip_by_value(value, 0.0, 255.0)
-                    value = tf.round(value)
-                inputs[key] = tf.cast(value, dtype)
+                    inputs[key] = _rounded_uint8(value, interpolation)
+                else:
+                    inputs[key] = tf.cast(value, dtype)
         return inputs
 
     return cast
+
+
+def _rounded_uint8(value, interpolation=None):
+    """Float pixels as uint8: rounded, and clipped to [0, 255] unless they
+    come straight from a resize by `interpolation` that cannot leave it."""
+    if interpolation not in _CONVEX_INTERPOLATIONS:
+        value = tf.clip_by_value(value, 0.0, 255.0)
+    return tf.cast(tf.round(value), tf.uint8)
 
 
 # The automatic in-memory cache may take this fraction of the memory that is
@@ -432,18 +439,27 @@ def _float_bytes(dataset, count):
     return 4 * count * spec.shape[1:].num_elements()
 
 
-def _finisher(image_dtype, problem, labels_spec):
-    """The pipeline's last step, on examples or batches of them: pixels in
+def _finisher(image_dtype, problem, labels_spec, resized_by=None):
+    """The pipeline's last step, on examples or batches of them: images in
     `image_dtype` (cached ones are uint8), labels back in `labels_spec`'s
     dtype, as read (augmentation takes them as float32), then the problem's
-    `(x, y)`."""
+    `(x, y)`. Images leaving as uint8 are rounded, and clipped unless
+    `resized_by` (the interpolation, when nothing ran after the resize)
+    cannot have left [0, 255]; uint8 images pass untouched."""
     int_labels = labels_spec is not None and labels_spec.dtype.is_integer
     to_float = _pixels_as(tf.float32)
+    image_dtype = tf.as_dtype(image_dtype)
 
     def finish(inputs):
+        inputs = dict(inputs)
+        images = inputs.pop("images", None)
         inputs = to_float(inputs)
-        if "images" in inputs:
-            inputs["images"] = tf.cast(inputs["images"], image_dtype)
+        if images is not None:
+            if image_dtype != tf.uint8:
+                images = tf.cast(tf.cast(images, tf.float32), image_dtype)
+            elif images.dtype != tf.uint8:
+                images = _rounded_uint8(images, resized_by)
+            inputs["images"] = images
         if int_labels:
             inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
         return problem.to_keras(inputs)
@@ -532,7 +548,9 @@ def build(
             if cache
             else None,
             num_examples=num_examples if whole else None,
-            then=_finisher(image_dtype, problem, labels_spec) if early else None,
+            then=_finisher(image_dtype, problem, labels_spec, options["interpolation"])
+            if early
+            else None,
             ahead=small_windows,
         )
         batched = True
@@ -577,7 +595,11 @@ def build(
     if batch_augment is not None:
         dataset = dataset.map(augmented(batch_augment), num_parallel_calls=augment_calls)
     if not early:
-        finish = _finisher(image_dtype, problem, labels_spec)
+        finish = _finisher(
+            image_dtype, problem, labels_spec,
+            # Augmentation can move pixels out of [0, 255].
+            options["interpolation"] if augment is None and batch_augment is None else None,
+        )
         # Batches of small raw-pixel images cast in a moment: one at a time,
         # ahead of the consumer (the prefetch below), holds fewer in memory.
         dataset = dataset.map(finish, num_parallel_calls=None if batched else AUTOTUNE)

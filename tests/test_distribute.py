@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import make_class_folders
@@ -146,3 +147,23 @@ def test_file_auto_sharding_when_every_worker_can_get_shards(tmp_path, monkeypat
     policy = ds.train().options().experimental_distribute.auto_shard_policy
     assert policy == tf.data.experimental.AutoShardPolicy.FILE
     assert distribute.auto_shard_policy(ds.strategy, 0) == tf.data.experimental.AutoShardPolicy.DATA
+
+
+def test_uint8_images_are_cast_by_the_model_under_a_mixed_policy(class_folders):
+    ds = DatumDataset(
+        class_folders, image_size=(16, 16), mixed_precision="mixed_float16", image_dtype="uint8", verbose=False
+    )
+    x_spec, _ = ds.train().element_spec
+    assert x_spec.dtype == tf.uint8
+    model = keras.Sequential(
+        [keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+         keras.layers.Dense(3), keras.layers.Activation("softmax", dtype="float32")]
+    )
+    model.compile("adam", "sparse_categorical_crossentropy")
+    history = model.fit(ds.train(), validation_data=ds.val(), epochs=2, verbose=0)
+    assert all(np.isfinite(history.history["loss"])) and history.history["loss"][0] > 0
+    # The same model on the float16 batches gives the same outputs: the cast moved, nothing else.
+    floats = DatumDataset(class_folders, image_size=(16, 16), mixed_precision="mixed_float16", verbose=False)
+    np.testing.assert_allclose(
+        model.predict(ds.val(), verbose=0), model.predict(floats.val(), verbose=0), rtol=1e-3, atol=1e-3
+    )

@@ -1,5 +1,7 @@
 """The batch fast path (raw pixels of one size) gives what the per-example path gives."""
 
+import os
+
 import numpy as np
 import pytest
 from conftest import make_class_folders
@@ -244,3 +246,67 @@ def test_split_stats_choose_the_decode_path_that_each_image_would(
     monkeypatch.setattr(images, "stored_images", lambda info: None)
     assert _examples_in_order(ds) == chosen  # The per-image `tf.cond` path.
     assert len(chosen) == len(files)
+
+
+def _batches(ds, **kwargs):
+    x, y = zip(*((np.asarray(x), np.asarray(y)) for x, y in ds.train(shuffle=False, **kwargs)))
+    return np.concatenate(x), np.concatenate(y)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # Raw-pixel blocks, resized, cached as uint8 / read anew as floats.
+        {"image_size": (7, 9), "cache": True},
+        {"image_size": (7, 9), "cache": False},
+        # Per-example JPEG decode; bicubic can leave [0, 255] and is clipped.
+        {"image_size": (12, 10), "cache": False, "interpolation": "bicubic", "ext": "jpg"},
+        {"image_size": (12, 10), "cache": True, "ext": "jpg"},
+        # Raw pixels at their own size: uint8 from the shard to the batch.
+        {"image_size": (16, 16), "cache": False},
+    ],
+)
+def test_uint8_images_are_the_float_images_rounded(tmp_path, options):
+    options = dict(options)
+    root = make_class_folders(tmp_path / "src", {"a": 7, "b": 6}, ext=options.pop("ext", "png"))
+    kwargs = dict(cache_dir=tmp_path / "cache", batch_size=4, verbose=False, **options)
+    x_float, y_float = _batches(DatumDataset(root, **kwargs))
+    ds = DatumDataset(root, image_dtype="uint8", **kwargs)
+    assert ds.train().element_spec[0].dtype == np.uint8
+    x, y = _batches(ds)
+    assert x.dtype == np.uint8 and x_float.dtype == np.float32
+    np.testing.assert_array_equal(y, y_float)
+    np.testing.assert_array_equal(x, np.round(np.clip(x_float, 0, 255)).astype(np.uint8))
+    if options["cache"]:
+        # Cached pixels are integers already: the same values, a quarter of the bytes.
+        np.testing.assert_array_equal(x, x_float)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_uint8_images_after_augmentation_are_clipped(tmp_path, cache):
+    root = make_class_folders(tmp_path / "src", {"a": 5, "b": 5})
+    kwargs = dict(cache_dir=tmp_path / "cache", image_size=(8, 8), batch_size=4, cache=cache, verbose=False)
+
+    def brighter(inputs):
+        return {**inputs, "images": inputs["images"] * 1.7 - 20.0}
+
+    x_float, _ = _batches(DatumDataset(root, **kwargs), augment=brighter, batch_augment=brighter)
+    assert x_float.min() < 0 and x_float.max() > 255  # The test means something.
+    x, _ = _batches(DatumDataset(root, image_dtype="uint8", **kwargs), augment=brighter, batch_augment=brighter)
+    assert x.dtype == np.uint8
+    np.testing.assert_array_equal(x, np.round(np.clip(x_float, 0, 255)).astype(np.uint8))
+
+
+def test_bad_image_dtype_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match=r"`image_dtype` must be one of None, 'uint8'. Received: image_dtype='float64'"):
+        DatumDataset(tmp_path / "missing", image_dtype="float64")
+
+
+def test_image_dtype_on_a_text_dataset_is_refused(tmp_path):
+    for label in ("neg", "pos"):
+        os.makedirs(tmp_path / "src" / label)
+        for i in range(3):
+            (tmp_path / "src" / label / f"{i}.txt").write_text(f"{label} text {i}")
+    ds = DatumDataset(tmp_path / "src", image_dtype="uint8", verbose=False)
+    with pytest.raises(ValueError, match=r"`image_dtype` applies to images; this is a text dataset"):
+        ds.train()
