@@ -138,6 +138,12 @@ def _masked_crc(data):
     return ((crc >> 15 | crc << 17) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+# A shard's local file is written through a buffer this big: with the
+# default 8 KB, records of tiny images (a few KB) cost a write system call
+# each, a few percent of their export.
+WRITE_BUFFER_BYTES = 1 << 20
+
+
 class RecordWriter:
     """Writes one uncompressed TFRecord file (a context manager).
 
@@ -149,19 +155,18 @@ class RecordWriter:
     def __init__(self, path):
         self.path = path
         try:
-            self._file = storage.open(path, "wb")
+            self._file = storage.open(path, "wb", buffering=WRITE_BUFFER_BYTES)
         except OSError as e:
             raise self._naming_path(e) from e
 
     def write(self, record):
         length = struct.pack("<Q", len(record))
         try:
-            self._file.write(
-                length
-                + struct.pack("<I", _masked_crc(length))
-                + record
-                + struct.pack("<I", _masked_crc(record))
-            )
+            # Into the file's buffer piece by piece: joining them first
+            # would copy the record once more.
+            self._file.write(length + struct.pack("<I", _masked_crc(length)))
+            self._file.write(record)
+            self._file.write(struct.pack("<I", _masked_crc(record)))
         except OSError as e:
             raise self._naming_path(e) from e
 

@@ -118,11 +118,12 @@ def getsize(path):
     return stat(path)[0]
 
 
-def open(path, mode="r", encoding=None, newline=None):  # noqa: A001
-    """`open`, or a `tf.io.gfile.GFile` for a URL (text or binary by `mode`)."""
+def open(path, mode="r", encoding=None, newline=None, buffering=-1):  # noqa: A001
+    """`open`, or a `tf.io.gfile.GFile` for a URL (text or binary by `mode`;
+    `buffering` is for local files)."""
     if not is_url(path):
         kwargs = {} if "b" in mode else {"encoding": encoding or "utf-8", "newline": newline}
-        return builtins.open(path, mode, **kwargs)
+        return builtins.open(path, mode, buffering=buffering, **kwargs)
     if "r" not in mode:
         return tf.io.gfile.GFile(path, mode)
     # Read whole at once, so that TensorFlow's errors (GFile opens lazily)
@@ -150,9 +151,15 @@ def read_bytes(path):
             return f.read()
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
-        size = max(os.fstat(fd).st_size, 1)
-        parts = []
-        while chunk := os.read(fd, size):
+        size = os.fstat(fd).st_size
+        # One read asks for a byte more than the file has: getting exactly
+        # its size back is the end (no second read to see it), and a file
+        # that grew or a short read is read on to its end.
+        data = os.read(fd, size + 1)
+        if len(data) == size:
+            return data
+        parts = [data]
+        while chunk := os.read(fd, max(size, 1 << 16)):
             parts.append(chunk)
         return b"".join(parts)
     finally:

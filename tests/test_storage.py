@@ -1,6 +1,7 @@
 """Sources and caches on a TensorFlow file system (`ram://`), through tf.io.gfile."""
 
 import io
+import os
 import uuid
 
 import numpy as np
@@ -172,6 +173,14 @@ def test_read_bytes_local_and_remote(tmp_path, ram_root):
     (tmp_path / "empty.bin").write_bytes(b"")
     assert storage.read_bytes(str(tmp_path / "big.bin")) == payload
     assert storage.read_bytes(str(tmp_path / "empty.bin")) == b""
+    for size in (1, 4095, 4096, 65536, 65537):  # Around the read sizes.
+        (tmp_path / "small.bin").write_bytes(payload[:size])
+        assert storage.read_bytes(str(tmp_path / "small.bin")) == payload[:size]
+    if os.path.exists("/proc/self/cmdline"):
+        # A file whose size says 0 but that has bytes: read to its end.
+        with open("/proc/self/cmdline", "rb") as f:
+            expected = f.read()
+        assert expected and storage.read_bytes("/proc/self/cmdline") == expected
     with pytest.raises(FileNotFoundError):
         storage.read_bytes(str(tmp_path / "missing.bin"))
     with pytest.raises(IsADirectoryError):
