@@ -6,9 +6,10 @@ Run from the repository root:
     python benchmarks/run.py --smoke    # seconds; CI runs it to keep the harness alive
 
 The datasets are drawn once (photo-like noise textures, not flat colours) and
-kept in `--data-dir`. Every figure is the median of `--runs` runs, each run
-keeping the best of `--tries` measurements taken back to back, and every
-ratio compares figures measured in the same process. Peak memory is measured
+kept in `--data-dir`. Each run measures every figure `--tries` times, in
+rounds (one try of every figure, back to back); a figure is the median over
+runs of each run's best try, and a ratio is the median over all rounds of the
+ratio between the two figures of one round. Peak memory is measured
 in child processes, one per figure, so that each starts from the same point.
 """
 
@@ -126,11 +127,18 @@ def make_dataset(path, spec, seed=0):
     return path
 
 
+# Cores busy (process CPU time over wall time) during the last epoch timed.
+last_epoch_cores = None
+
+
 def _epoch(dataset):
-    count, start = 0, time.perf_counter()
+    global last_epoch_cores
+    count, start, cpu = 0, time.perf_counter(), time.process_time()
     for x, _ in dataset:
         count += int(x.shape[0])
-    return count / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    last_epoch_cores = (time.process_time() - cpu) / wall
+    return count / wall
 
 
 def keras_rate(path, image_size):
@@ -258,72 +266,88 @@ def measure(name, spec, data_dir, work_dir, runs, tries):
     for file in iter_image_files(path):
         with open(file, "rb") as f:
             encoded.append(f.read())
-    keras_rates, limit_rates, exports, firsts, laters, first_batches = [], [], [], [], [], []
-    ceilings, records, uint8_firsts, uint8_laters = [], [], [], []
+    figures = (
+        "keras", "limit", "export", "records", "first_batch", "first", "later",
+        "uint8_first", "uint8_later", "ceiling",
+    )
+    # Every try of every figure, in rounds: one try of each figure, back to
+    # back, then the next round. A ratio is taken between the two figures of
+    # one round, so a stretch of slow epochs (see `markdown`) longer than a
+    # round slows both sides of it.
+    tries_of = {key: [[] for _ in range(runs)] for key in figures}
+    # Cores busy in every try of the decode-bound figures (see `markdown`).
+    cores = {"keras": [], "limit": [], "first": []}
 
-    def fastest(rate):
-        """The best of `tries` back-to-back measurements (see `main`)."""
-        return max(rate() for _ in range(tries))
-
-    def new_first_epoch(**kwargs):
-        """The first epoch of a new dataset (nothing decoded or cached yet)."""
-        made.append(datum(path, image_size, cache_dir, **kwargs).train())
-        return _epoch(made[-1])
-
-    for _ in range(runs):
-        ceilings.append(fastest(lambda: loop_ceiling_rate(image_size, -(-len(encoded) // 32))))
-        keras_rates.append(fastest(lambda: keras_rate(path, image_size)))
-        limit_rates.append(fastest(lambda: decode_limit_rate(encoded, image_size)))
-        exports.append(min(export_seconds(path, image_size, cache_dir) for _ in range(tries)))
-        records.append(fastest(lambda: records_rate(cache_dir, image_size)))
-        # Time to the first batch: a new dataset on an existing cache.
-        waits = []
+    for run in range(runs):
         for _ in range(tries):
+            tried = {
+                "ceiling": loop_ceiling_rate(image_size, -(-len(encoded) // 32)),
+                "keras": keras_rate(path, image_size),
+            }
+            cores["keras"].append(last_epoch_cores)
+            tried["limit"] = decode_limit_rate(encoded, image_size)
+            cores["limit"].append(last_epoch_cores)
+            tried["export"] = export_seconds(path, image_size, cache_dir)
+            tried["records"] = records_rate(cache_dir, image_size)
+            # Time to the first batch: a new dataset on an existing cache.
             start = time.perf_counter()
             next(iter(datum(path, image_size, cache_dir).train()))
-            waits.append(time.perf_counter() - start)
-        first_batches.append(min(waits))
-        made = []
-        firsts.append(fastest(new_first_epoch))
-        laters.append(fastest(lambda: _epoch(made[-1])))
-        # The same with uint8 images out (the model casts them): the lever
-        # for accelerators, not a figure to compare with Keras's floats.
-        uint8_firsts.append(fastest(lambda: new_first_epoch(image_dtype="uint8")))
-        uint8_laters.append(fastest(lambda: _epoch(made[-1])))
+            tried["first_batch"] = time.perf_counter() - start
+            # The first epoch, from a new dataset (nothing decoded or cached
+            # yet), then a later one.
+            train = datum(path, image_size, cache_dir).train()
+            tried["first"] = _epoch(train)
+            cores["first"].append(last_epoch_cores)
+            tried["later"] = _epoch(train)
+            # The same with uint8 images out (the model casts them): the
+            # lever for accelerators, not a figure to compare with Keras's.
+            train = datum(path, image_size, cache_dir, image_dtype="uint8").train()
+            tried["uint8_first"] = _epoch(train)
+            tried["uint8_later"] = _epoch(train)
+            for key, value in tried.items():
+                tries_of[key][run].append(value)
     median = statistics.median
-    keras_epoch_s = len(encoded) / median(keras_rates)
-    row = {
-        "files": len(encoded),
-        "image_size": list(image_size),
-        "keras_img_s": median(keras_rates),
-        "limit_img_s": median(limit_rates),
-        "first_img_s": median(firsts),
-        "later_img_s": median(laters),
-        "export_s": median(exports),
-        "keras_epoch_s": keras_epoch_s,
-        "first_batch_s": median(first_batches),
-        "ceiling_img_s": median(ceilings),
-        "records_img_s": median(records),
-        "uint8_first_img_s": median(uint8_firsts),
-        "uint8_later_img_s": median(uint8_laters),
+    # Each run's figure is its best try (the least time); the table shows
+    # their median over runs.
+    best = {
+        key: [min(r) if key in ("export", "first_batch") else max(r) for r in tries_of[key]]
+        for key in figures
     }
-    row["first_vs_keras"] = row["first_img_s"] / row["keras_img_s"]
-    row["first_vs_limit"] = row["first_img_s"] / row["limit_img_s"]
-    row["later_vs_keras"] = row["later_img_s"] / row["keras_img_s"]
-    row["ceiling_vs_keras"] = row["ceiling_img_s"] / row["keras_img_s"]
-    row["records_vs_limit"] = row["records_img_s"] / row["limit_img_s"]
-    row["uint8_first_vs_float"] = row["uint8_first_img_s"] / row["first_img_s"]
-    row["uint8_later_vs_float"] = row["uint8_later_img_s"] / row["later_img_s"]
-    row["export_vs_keras_epoch"] = row["export_s"] / keras_epoch_s
-    # Each run's own ratios (its two figures measured back to back): their
-    # range shows how much this machine's speed moves between runs.
-    per_run = {
-        "first_vs_keras": [f / k for f, k in zip(firsts, keras_rates)],
-        "first_vs_limit": [f / lim for f, lim in zip(firsts, limit_rates)],
-        "later_vs_keras": [lat / k for lat, k in zip(laters, keras_rates)],
-        "export_vs_keras_epoch": [e * k / len(encoded) for e, k in zip(exports, keras_rates)],
+    row = {"files": len(encoded), "image_size": list(image_size)}
+    for key in figures:
+        unit = "_s" if key in ("export", "first_batch") else "_img_s"
+        row[key + unit] = median(best[key])
+    row["keras_epoch_s"] = len(encoded) / row["keras_img_s"]
+
+    def paired(numerator, denominator):
+        """The ratio of two figures within each round, over all rounds."""
+        return [
+            n / d
+            for ns, ds in zip(tries_of[numerator], tries_of[denominator])
+            for n, d in zip(ns, ds)
+        ]
+
+    pairs = {
+        "first_vs_keras": paired("first", "keras"),
+        "first_vs_limit": paired("first", "limit"),
+        "later_vs_keras": paired("later", "keras"),
+        "ceiling_vs_keras": paired("ceiling", "keras"),
+        "records_vs_limit": paired("records", "limit"),
+        "uint8_first_vs_float": paired("uint8_first", "first"),
+        "uint8_later_vs_float": paired("uint8_later", "later"),
     }
-    row["run_ranges"] = {key: [min(v), max(v)] for key, v in per_run.items()}
+    # Export seconds times Keras's images per second: Keras epochs.
+    pairs["export_vs_keras_epoch"] = [
+        e * k / len(encoded)
+        for es, ks in zip(tries_of["export"], tries_of["keras"])
+        for e, k in zip(es, ks)
+    ]
+    for key, values in pairs.items():
+        row[key] = median(values)
+    # The range of the ratios that single rounds measured: how much this
+    # machine's speed moves between rounds.
+    row["run_ranges"] = {key: [min(v), max(v)] for key, v in pairs.items()}
+    row["cores"] = {key: [median(v), min(v), len(v)] for key, v in cores.items()}
     row["export_rss"] = child_peak_rss("export", path, image_size, cache_dir)
     row["read_rss_cached"] = child_peak_rss("read", path, image_size, cache_dir, "auto")
     row["read_rss_uncached"] = child_peak_rss("read", path, image_size, cache_dir, False)
@@ -336,7 +360,7 @@ def _run_range(row, key, digits=2):
 
 
 def check_targets(rows):
-    """`(target, measured, each run's range, wanted, met)` for every target."""
+    """`(target, measured, the rounds' range, wanted, met)` for every target."""
     checks = []
     for name, targets in TARGETS.items():
         for key, target in targets.items():
@@ -519,11 +543,13 @@ def markdown(rows, checks, runs, tries, smoke, quality):
         "",
         "Measured by `python benchmarks/run.py`" + (" --smoke" if smoke else "")
         + f" on {os.cpu_count()} CPU cores (TensorFlow {tf.__version__}, Keras "
-        f"{keras.__version__}); medians of {runs} runs, each figure of a run the best of "
-        f"{tries} back-to-back measurements (this machine now and then runs an epoch on "
-        "one of its two cores, which only ever slows one down; see the targets below). "
-        "Throughput is images per second "
-        "over one epoch with batches of 32; ratios compare figures from the same process. "
+        f"{keras.__version__}). Each of {runs} runs measures every figure {tries} times, "
+        "in rounds: one try of every figure, back to back. A figure is the median over "
+        "runs of each run's best try (this machine now and then runs an epoch on one of "
+        "its two cores, which only ever slows it down; see the targets below); a ratio "
+        f"is the median over all {runs * tries} rounds of the ratio between the two "
+        "figures of one round, so a slow stretch that spans a round slows both sides. "
+        "Throughput is images per second over one epoch with batches of 32. "
         "`keras` is `keras.utils.image_dataset_from_directory` on the same folder, "
         "`limit` decodes and resizes encoded bytes already in memory, in parallel.",
         "",
@@ -554,6 +580,25 @@ def markdown(rows, checks, runs, tries, smoke, quality):
         lines.append(
             f"| {name} | {r['records_img_s']:.0f} | {r['records_vs_limit']:.2f}x | "
             f"{r['ceiling_img_s']:.0f} | {r['ceiling_vs_keras']:.1f}x |"
+        )
+    lines += [
+        "",
+        f"Cores busy (process CPU time over wall time, of {os.cpu_count()}) during every "
+        "timed epoch of Keras, the limit and the first epoch, all tries of all runs: the "
+        "median, and the lowest. Where decoding bounds the epoch, one near 1.0 ran on one "
+        "core (see the targets below); the tiny images' first epochs are bounded by the "
+        "consumer's loop instead.",
+        "",
+        "| dataset | epochs | keras median | keras lowest | limit median | limit lowest "
+        "| first epoch median | first epoch lowest |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        c = r["cores"]
+        lines.append(
+            f"| {name} | {c['keras'][2]} | {c['keras'][0]:.2f} | {c['keras'][1]:.2f} | "
+            f"{c['limit'][0]:.2f} | {c['limit'][1]:.2f} | {c['first'][0]:.2f} | "
+            f"{c['first'][1]:.2f} |"
         )
     lines += [
         "",
@@ -596,17 +641,17 @@ def markdown(rows, checks, runs, tries, smoke, quality):
         lines.append(f"| {scale:.2f}x | {full_db:.1f} | {half_db:.1f} |")
     lines += [
         "",
-        "`measured` compares the medians; `each run` is the range of the ratios each run "
-        "measured on its own (both figures back to back), which shows how much this "
-        "machine's speed moves from run to run. Much of that movement is this machine's: "
+        "`measured` is the median of the rounds' ratios; `each round` is their range, "
+        "which shows how much this machine's speed moves from one minute to the next. "
+        "Much of that movement is this machine's: "
         "now and then an epoch runs on one of the two cores, in every pipeline, Keras's "
-        "included (profiled, such an epoch's process CPU time equals its wall time while "
-        "the other core idles; the kernel here is booted with `sched_vcpu_pack`, which "
-        "packs threads onto fewer virtual CPUs). Keeping the best of several tries per "
-        "figure leaves most such epochs out; a run in which every try of one figure ran "
-        "on one core still gives the ends of these ranges.",
+        "included (the cores-busy table: such an epoch's process CPU time equals its wall "
+        "time while the other core idles; the kernel here is booted with "
+        "`sched_vcpu_pack`, which packs threads onto fewer virtual CPUs). A round in "
+        "which one side of a ratio ran on one core and the other on two gives the ends "
+        "of these ranges; the median of the rounds leaves them out.",
         "",
-        "| target | measured | each run | wanted | met |",
+        "| target | measured | each round | wanted | met |",
         "|---|---|---|---|---|",
     ]
     for label, value, runs_range, wanted, met in checks:
