@@ -319,10 +319,10 @@ def measure(name, spec, data_dir, work_dir, runs, tries):
         row[key + unit] = median(best[key])
     row["keras_epoch_s"] = len(encoded) / row["keras_img_s"]
 
-    def paired(numerator, denominator):
+    def paired(numerator, denominator, ratio=lambda n, d: n / d):
         """The ratio of two figures within each round, over all rounds."""
         return [
-            n / d
+            ratio(n, d)
             for ns, ds in zip(tries_of[numerator], tries_of[denominator])
             for n, d in zip(ns, ds)
         ]
@@ -335,18 +335,14 @@ def measure(name, spec, data_dir, work_dir, runs, tries):
         "records_vs_limit": paired("records", "limit"),
         "uint8_first_vs_float": paired("uint8_first", "first"),
         "uint8_later_vs_float": paired("uint8_later", "later"),
+        # Export seconds times Keras's images per second: Keras epochs.
+        "export_vs_keras_epoch": paired("export", "keras", lambda e, k: e * k / len(encoded)),
     }
-    # Export seconds times Keras's images per second: Keras epochs.
-    pairs["export_vs_keras_epoch"] = [
-        e * k / len(encoded)
-        for es, ks in zip(tries_of["export"], tries_of["keras"])
-        for e, k in zip(es, ks)
-    ]
     for key, values in pairs.items():
         row[key] = median(values)
     # The range of the ratios that single rounds measured: how much this
     # machine's speed moves between rounds.
-    row["run_ranges"] = {key: [min(v), max(v)] for key, v in pairs.items()}
+    row["round_ranges"] = {key: [min(v), max(v)] for key, v in pairs.items()}
     row["cores"] = {key: [median(v), min(v), len(v)] for key, v in cores.items()}
     row["export_rss"] = child_peak_rss("export", path, image_size, cache_dir)
     row["read_rss_cached"] = child_peak_rss("read", path, image_size, cache_dir, "auto")
@@ -354,8 +350,8 @@ def measure(name, spec, data_dir, work_dir, runs, tries):
     return row
 
 
-def _run_range(row, key, digits=2):
-    low, high = row["run_ranges"][key]
+def _round_range(row, key, digits=2):
+    low, high = row["round_ranges"][key]
     return f"{low:.{digits}f}x to {high:.{digits}f}x"
 
 
@@ -365,16 +361,16 @@ def check_targets(rows):
     for name, targets in TARGETS.items():
         for key, target in targets.items():
             value = rows[name][key]
-            checks.append((f"{name}: {key}", f"{value:.2f}x", _run_range(rows[name], key),
+            checks.append((f"{name}: {key}", f"{value:.2f}x", _round_range(rows[name], key),
                            f">= {target}x", value >= target))
     for name, row in rows.items():
         if name == "tiny_32px_2k":
             continue
         checks.append((f"{name}: later epochs vs Keras", f"{row['later_vs_keras']:.1f}x",
-                       _run_range(row, "later_vs_keras", 1),
+                       _round_range(row, "later_vs_keras", 1),
                        f">= {LATER_EPOCHS_TARGET}x", row["later_vs_keras"] >= LATER_EPOCHS_TARGET))
         checks.append((f"{name}: export vs one Keras epoch", f"{row['export_vs_keras_epoch']:.2f}x",
-                       _run_range(row, "export_vs_keras_epoch"),
+                       _round_range(row, "export_vs_keras_epoch"),
                        f"<= {EXPORT_TARGET}x", row["export_vs_keras_epoch"] <= EXPORT_TARGET))
     big, small = rows["tiny_32px"]["export_rss"]["peak_mb"], rows["tiny_32px_2k"]["export_rss"]["peak_mb"]
     checks.append(("export peak RSS, 20,000 vs 2,000 files", f"{big} vs {small} MB", "",
@@ -461,9 +457,10 @@ on, except the opt-in uint8 output, which has its own table):
   `keras.Input`'s dtype; `keras.layers.Rescaling` too). A cached epoch of 224-pixel
   images is then little more than a shuffle and a batch copy of a quarter of the
   bytes (see the uint8 table), and the copy to the accelerator shrinks by 4x against
-  float32 (2x against a mixed policy's float16). It pays where the host's CPU is the bottleneck and a GPU or TPU does
-  the cast for free; training on the CPU itself only moves the cast into the model,
-  and tiny images gain little (their batches are small already). Off by default, so
+  float32 (2x against a mixed policy's float16). It pays where the host's CPU is the
+  bottleneck and a GPU or TPU does the cast for free; training on the CPU itself only
+  moves the cast into the model, and tiny images gain little (their batches are
+  small already). Off by default, so
   that `x` is what `keras.utils.image_dataset_from_directory` gives.
 - **Interleave and shuffle from the shard layout**: up to 16 shards read in
   parallel; a shuffle buffer of `min(2048, split size)` serialized (or, with the
@@ -604,7 +601,7 @@ def markdown(rows, checks, runs, tries, smoke, quality):
         "",
         "uint8 images out (`image_dtype=\"uint8\"`, see Levers), from the same runs: the "
         "pipeline skips the cast to float32 and hands a quarter of the bytes to the "
-        "model, whose first layer casts them on the accelerator. On a CPU the model "
+        "model, which casts them on the accelerator. On a CPU the model "
         "pays that cast instead, so these figures are not compared with Keras's float "
         "batches, only with the float32 output above.",
         "",
@@ -654,8 +651,8 @@ def markdown(rows, checks, runs, tries, smoke, quality):
         "| target | measured | each round | wanted | met |",
         "|---|---|---|---|---|",
     ]
-    for label, value, runs_range, wanted, met in checks:
-        lines.append(f"| {label} | {value} | {runs_range} | {wanted} | {'yes' if met else '**no**'} |")
+    for label, value, rounds_range, wanted, met in checks:
+        lines.append(f"| {label} | {value} | {rounds_range} | {wanted} | {'yes' if met else '**no**'} |")
     return "\n".join(lines) + "\n" + LEVERS
 
 

@@ -456,7 +456,7 @@ def _finisher(image_dtype, problem, labels_spec, resized_by=None):
         inputs = to_float(inputs)
         if images is not None:
             if image_dtype != tf.uint8:
-                images = tf.cast(tf.cast(images, tf.float32), image_dtype)
+                images = tf.cast(images, image_dtype)
             elif images.dtype != tf.uint8:
                 images = _rounded_uint8(images, resized_by)
             inputs["images"] = images

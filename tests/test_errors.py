@@ -28,6 +28,7 @@ from keras_datum import DatumDataset
         ({"on_invalid": "ignore"}, r"Received: on_invalid='ignore'"),
         ({"reexport": "sometimes"}, r"Received: reexport='sometimes'"),
         ({"problem": "ranking"}, r"Received: problem='ranking'"),
+        ({"image_dtype": "float64"}, r"`image_dtype` must be one of None, 'uint8'. Received: image_dtype='float64'"),
     ],
 )
 def test_bad_arguments_raise_in_the_constructor(tmp_path, kwargs, match):

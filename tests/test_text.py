@@ -116,3 +116,10 @@ def test_text_vectorization_model_fits(tmp_path):
 def test_bad_bucket_boundaries():
     with pytest.raises(ValueError, match=r"Received: bucket_boundaries=\[8, 4\]"):
         DatumDataset("/nonexistent", bucket_boundaries=[8, 4])
+
+
+def test_image_dtype_is_refused_for_text(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src", per_class=3)
+    ds = DatumDataset(root, image_dtype="uint8", verbose=False)
+    with pytest.raises(ValueError, match=r"`image_dtype` applies to images; this is a text dataset"):
+        ds.train()
