@@ -79,6 +79,64 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     assert out["loss"] > 0 and out["val_loss"] > 0
 
 
+JAX_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import keras
+    from keras_datum import DatumDataset
+
+    ds = DatumDataset(sys.argv[1], image_size=(16, 16), batch_size=4, seed=0,
+                      verbose=False, mixed_precision="mixed_float16", image_dtype="uint8")
+    model = keras.Sequential([
+        keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(2, activation="softmax", dtype="float32"),
+    ])
+    model.compile(keras.optimizers.Adam(0.1), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    history = model.fit(ds.train(), epochs=30, verbose=0)
+    x, _ = next(iter(ds.train()))
+    _, accuracy = model.evaluate(ds.val(), verbose=0)
+    print(json.dumps({
+        "backend": keras.backend.backend(),
+        "policy": keras.mixed_precision.global_policy().name,
+        "x_dtype": x.dtype.name,
+        "epochs": len(history.history["loss"]),
+        "accuracy": float(accuracy),
+        "predicted": int(model.predict(ds.val(), verbose=0).shape[0]),
+        "val": ds.num_examples["val"],
+    }))
+    """
+)
+
+
+def test_fit_on_the_jax_backend(tmp_path):
+    """ds.train() feeds model.fit on Keras's JAX backend (as on the GPU
+    machine of benchmarks/gpu_fit.py): uint8 batches under mixed_float16 learn
+    which class folder is dark and which light."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name, (low, high) in {"dark": (0, 60), "light": (190, 256)}.items():
+        os.makedirs(tmp_path / "src" / name)
+        for i in range(15):
+            pixels = rng.integers(low, high, (16, 16, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "src" / name / f"{i:03d}.png")
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT, str(tmp_path / "src")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["backend"] == "jax"
+    assert out["policy"] == "mixed_float16"
+    assert out["x_dtype"] == "uint8"
+    assert out["epochs"] == 30
+    assert out["predicted"] == out["val"] == 6
+    assert out["accuracy"] == 1.0
+
+
 def test_auto_strategy_without_gpus_is_the_default_strategy(class_folders):
     ds = DatumDataset(class_folders, batch_size=5, verbose=False)
     assert ds.strategy is tf.distribute.get_strategy()
