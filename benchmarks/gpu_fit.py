@@ -40,9 +40,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-from PIL import Image
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (the harness's ImageNet-like images)
 
@@ -50,54 +47,43 @@ TARGET = 0.95
 
 
 def _draw(args):
-    path, first, count, height, width, quality = args
-    rng = np.random.default_rng(first)
-    for index in range(first, first + count):
-        cls = run.CLASSES[index % len(run.CLASSES)]
-        pixels = run.photo_like(rng, height, width)
-        Image.fromarray(pixels).save(
-            os.path.join(path, cls, f"{index:06d}.jpg"), format="JPEG", quality=quality
-        )
+    path, spec, first, count = args
+    run.draw_files(path, spec, first, count, seed=first)
 
 
 def draw_dataset(path, files, processes):
-    """ImageNet-like JPEGs (the harness's spec), drawn in parallel processes."""
+    """`files` ImageNet-like JPEGs (the harness's kind), drawn in parallel."""
     marker = os.path.join(path, ".complete")
     if os.path.exists(marker):
         return path
     shutil.rmtree(path, ignore_errors=True)
-    for cls in run.CLASSES:
-        os.makedirs(os.path.join(path, cls))
-    _, (height, width), _, quality, _ = run.FULL["imagenet_like"]
+    spec = run.FULL["imagenet_like"]
     step = -(-files // processes)
-    jobs = [(path, first, min(step, files - first), height, width, quality)
-            for first in range(0, files, step)]
+    jobs = [(path, spec, first, min(step, files - first)) for first in range(0, files, step)]
     with multiprocessing.Pool(processes) as pool:
         pool.map(_draw, jobs)
     open(marker, "w").close()
     return path
 
 
-class EpochTimes:
-    """A Keras callback that keeps each epoch's wall time."""
+def epoch_timer():
+    """A Keras callback whose `times` are the epochs' wall times."""
+    import keras  # Not at the top: --draw-only runs without Keras.
 
-    def __new__(cls):
-        import keras
+    class EpochTimes(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times = []
 
-        class _Times(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.times = []
+        def on_epoch_begin(self, epoch, logs=None):
+            self._start = time.perf_counter()
 
-            def on_epoch_begin(self, epoch, logs=None):
-                self._start = time.perf_counter()
+        def on_epoch_end(self, epoch, logs=None):
+            # Keras turns the epoch's logs into Python numbers before this
+            # call, which waits for the last step on the device.
+            self.times.append(time.perf_counter() - self._start)
 
-            def on_epoch_end(self, epoch, logs=None):
-                # Keras turns the epoch's logs into Python numbers before this
-                # call, which waits for the last step on the device.
-                self.times.append(time.perf_counter() - self._start)
-
-        return _Times()
+    return EpochTimes()
 
 
 def synthetic_like(dataset, num_examples, batch_size):
@@ -106,7 +92,6 @@ def synthetic_like(dataset, num_examples, batch_size):
     import tensorflow as tf
 
     x, y = next(iter(dataset))
-    x, y = tf.identity(x), tf.identity(y)
     full, rest = divmod(num_examples, batch_size)
     synthetic = tf.data.Dataset.from_tensors((x, y)).repeat(full)
     if rest:
@@ -143,7 +128,7 @@ def build_model(image_size, num_classes):
 
 
 def fit_epochs(model, dataset, epochs):
-    times = EpochTimes()
+    times = epoch_timer()
     model.fit(dataset, epochs=epochs, verbose=0, callbacks=[times])
     return times.times
 

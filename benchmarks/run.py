@@ -110,19 +110,24 @@ def half_scale_quality(scales, images, target=224):
     return rows
 
 
-def make_dataset(path, spec, seed=0):
-    files, (height, width), fmt, quality, _ = spec
-    marker = os.path.join(path, ".complete")
-    if os.path.exists(marker):
-        return path
-    shutil.rmtree(path, ignore_errors=True)
+def draw_files(path, spec, first, count, seed):
+    """Files `first` to `first + count` of a dataset, the classes in turn."""
+    _, (height, width), fmt, quality, _ = spec
     rng = np.random.default_rng(seed)
-    for index in range(files):
+    for index in range(first, first + count):
         cls = CLASSES[index % len(CLASSES)]
         os.makedirs(os.path.join(path, cls), exist_ok=True)
         pixels = photo_like(rng, height, width)
         name = os.path.join(path, cls, f"{index:06d}.{fmt.lower().replace('jpeg', 'jpg')}")
         Image.fromarray(pixels).save(name, format=fmt, **({"quality": quality} if quality else {}))
+
+
+def make_dataset(path, spec, seed=0):
+    marker = os.path.join(path, ".complete")
+    if os.path.exists(marker):
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    draw_files(path, spec, 0, spec[0], seed)
     open(marker, "w").close()
     return path
 
