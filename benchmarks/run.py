@@ -566,12 +566,14 @@ What these runs show:
   the step rate. Half the bytes per batch is the lever; see Levers.
 - **The first epoch** is unmet, at about half the synthetic speed, although the
   in-memory decode limit on the machine's cores (measured with no model running)
-  is above the synthetic speed. Two costs add up. The first batch waits for the
-  decoded shuffle buffer (2,048 examples, half of these runs' split), so the GPU
-  idles for that part of the epoch instead of working while the JPEGs decode; and
-  the rest of the decoding shares the cores with Keras's training loop. On a
-  split many times the buffer, the wait is a small part of the epoch; that case
-  was not measured here.
+  is above the synthetic speed. These runs do not separate the causes. Two are
+  known to be there: the first batch waits for the decoded shuffle buffer (2,048
+  examples, half of these runs' split), so the GPU idles while those decode; and
+  the rest of the decoding shares the cores with Keras's training loop. At the
+  table's own rates, the two do not account for the whole epoch; the rest was not
+  measured there. On a split many times the buffer,
+  the wait is a small part of the epoch; that case (`--files`, and `--no-cache`
+  for a split over the cache budget) is the next run to make on a GPU.
 """
 
 
