@@ -13,8 +13,8 @@ Keras data path). Run from the repository root:
 `--output` appends the command and its table to a markdown file, which
 `benchmarks/run.py` copies into `docs/performance.md`.
 
-Keras may run on any backend (`KERAS_BACKEND`): the pipeline is tf.data
-either way, and Keras's JAX and PyTorch trainers read tf.data datasets.
+Keras may run on the TensorFlow or JAX backend (`KERAS_BACKEND`): the
+pipeline is tf.data either way, and Keras's JAX trainer reads tf.data datasets.
 
 What it measures, in this order, on one model compiled once:
 1. a warm-up epoch on synthetic data (compiles the train step for the full
@@ -134,6 +134,8 @@ def fit_epochs(model, dataset, epochs):
 
 
 def describe_device():
+    """The backend, and the device it trains on (JAX's first device, or
+    TensorFlow's first GPU); other backends are named only."""
     import keras
 
     backend = keras.backend.backend()
@@ -141,17 +143,13 @@ def describe_device():
         import jax
 
         device = jax.devices()[0]
-        return backend, f"{device.platform}: {getattr(device, 'device_kind', device)}"
-    if backend == "torch":
-        import torch
+        return backend, f"{device.platform}: {device.device_kind}"
+    if backend == "tensorflow":
+        import tensorflow as tf
 
-        if torch.cuda.is_available():
-            return backend, f"cuda: {torch.cuda.get_device_name(0)}"
-        return backend, "cpu"
-    import tensorflow as tf
-
-    gpus = tf.config.list_logical_devices("GPU")
-    return backend, f"gpu: {gpus[0].name}" if gpus else "cpu"
+        gpus = tf.config.list_logical_devices("GPU")
+        return backend, f"gpu: {gpus[0].name}" if gpus else "cpu"
+    return backend, "device not queried"
 
 
 def markdown(result):

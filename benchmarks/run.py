@@ -393,8 +393,8 @@ def check_targets(rows):
 LEVERS = """
 ## Levers
 
-What keras_datum does, and when each applies (the figures above are with all of them
-on, except the opt-in uint8 output, which has its own table):
+What keras_datum does, and when each applies (the CPU figures above are with all of
+them on, except the opt-in uint8 output, which has its own table):
 
 - **Validate cheaply, once.** Every file is decoded at export. JPEGs kept as they are
   decode at 1/8 scale (DCT scaling still reads and checks every block), and PNGs skip

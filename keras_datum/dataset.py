@@ -621,7 +621,7 @@ class DatumDataset:
                 f"This dataset has no {split!r} split. Its splits are "
                 f"{sorted(meta['splits'])}."
             )
-        if self._image_dtype is not None and "image" not in meta["features"]:
+        if self._image_dtype is not None and not pipeline.has_images(meta):
             raise ValueError(
                 f"`image_dtype` applies to images; this is a {meta['problem']} "
                 f"dataset without images. Received: image_dtype={self._image_dtype!r}"

@@ -213,6 +213,18 @@ def test_classification_round_trip_pixels_labels_and_element_spec(tmp_path):
     assert x.shape == (8, 8, 3) and y.shape == (3,) and float(tf.reduce_sum(y)) == 1.0
 
 
+def test_uint8_images_from_a_datum_export(tmp_path):
+    export, _ = classification_export(tmp_path)
+    options = dict(image_size=(HEIGHT, WIDTH), batch_size=4, shuffle=False, verbose=False)
+    floats = DatumDataset.from_tfrecords(export, **options)
+    ds = DatumDataset.from_tfrecords(export, image_dtype="uint8", **options)
+    assert ds.train().element_spec[0].dtype == tf.uint8
+    for (x, y), (x_float, y_float) in zip(ds.train(), floats.train()):
+        assert x.dtype == tf.uint8
+        np.testing.assert_array_equal(x.numpy(), x_float.numpy())  # Integers at their own size.
+        np.testing.assert_array_equal(y.numpy(), y_float.numpy())
+
+
 def test_model_fit_one_epoch(tmp_path):
     export, _ = classification_export(tmp_path)
     ds = DatumDataset.from_tfrecords(export, image_size=(HEIGHT, WIDTH), batch_size=4, verbose=False)

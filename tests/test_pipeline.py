@@ -294,4 +294,3 @@ def test_uint8_images_after_augmentation_are_clipped(tmp_path, cache):
     x, _ = _batches(DatumDataset(root, image_dtype="uint8", **kwargs), augment=brighter, batch_augment=brighter)
     assert x.dtype == np.uint8
     np.testing.assert_array_equal(x, np.round(np.clip(x_float, 0, 255)).astype(np.uint8))
-
