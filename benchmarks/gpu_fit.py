@@ -219,7 +219,8 @@ def markdown(result):
         f"{result['image_size'][0]}x{result['image_size'][1]} {result['x_dtype']} images, "
         f"{result['num_examples']} training examples ({result['steps']} steps per epoch"
         f"{', cache off' if result['no_cache'] else ''}"
-        f"{'' if result['shuffle_buffer'] is None else ', shuffle buffer ' + str(result['shuffle_buffer'])}), "
+        f"{'' if result['shuffle_buffer'] is None else ', shuffle buffer ' + str(result['shuffle_buffer'])}"
+        f"{'' if result['max_image_side'] is None else ', images capped at ' + str(result['max_image_side']) + ' pixels at export'}), "
         f"{result['rounds']} rounds of {result['epochs']} epochs each; export of "
         f"{result['files']} JPEGs took {result['export_s']:.1f} s.",
     ]
@@ -247,6 +248,10 @@ def main():
     parser.add_argument(
         "--shuffle-buffer", type=int, default=None,
         help="the DatumDataset's shuffle_buffer_size (default: its own)",
+    )
+    parser.add_argument(
+        "--max-image-side", type=int, default=None,
+        help="the DatumDataset's export-time size cap (default: its own, 2 x 224)",
     )
     parser.add_argument("--output", default=None, help="markdown file to append the command and table to")
     args = parser.parse_args()
@@ -281,6 +286,7 @@ def main():
             mixed_precision=mixed_precision, image_dtype=args.image_dtype,
             cache=False if args.no_cache else "auto",
             shuffle_buffer_size=args.shuffle_buffer,
+            max_image_side=args.max_image_side or "auto",
         )
         num_examples = ds.num_examples["train"]
         export_s = time.perf_counter() - start
@@ -364,6 +370,7 @@ def main():
             "files": files,
             "no_cache": args.no_cache,
             "shuffle_buffer": args.shuffle_buffer,
+            "max_image_side": args.max_image_side,
             "export_s": export_s,
         }
         print(f"python {platform.python_version()}", flush=True)
