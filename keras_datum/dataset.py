@@ -347,6 +347,8 @@ class DatumDataset:
             "max_boxes": max_boxes,
             "bounding_box_class_key": bounding_box_class_key,
             "bucket_boundaries": list(bucket_boundaries or []),
+            # Checked by the problem with the others, before any export.
+            "image_dtype": image_dtype,
         }
         self._export_options = {
             "validation_split": float(validation_split or 0.0),
@@ -372,7 +374,6 @@ class DatumDataset:
         # Applied now, not at import or first read, so that a model built
         # after the dataset (inside `ds.strategy.scope()`) uses the policy.
         self.mixed_precision = distribute.apply_mixed_precision(mixed_precision)
-        self._image_dtype = image_dtype
 
     @classmethod
     def from_tfrecords(cls, path, *, class_names=None, **options):
@@ -621,11 +622,6 @@ class DatumDataset:
                 f"This dataset has no {split!r} split. Its splits are "
                 f"{sorted(meta['splits'])}."
             )
-        if self._image_dtype is not None and not pipeline.has_images(meta):
-            raise ValueError(
-                f"`image_dtype` applies to images; this is a {meta['problem']} "
-                f"dataset without images. Received: image_dtype={self._image_dtype!r}"
-            )
         batch_size = self._batch_size if batch_size == "default" else batch_size
         _check_batch_size(batch_size)
         augmentations = augment_lib.resolve(
@@ -656,7 +652,7 @@ class DatumDataset:
             shuffle_buffer_size=self._shuffle_buffer_size,
             augment=augmentations[0],
             batch_augment=augmentations[1],
-            image_dtype=self._image_dtype or distribute.input_dtype(),
+            image_dtype=self._read_options["image_dtype"] or distribute.input_dtype(),
             cache=self._cache_decoded(meta, split),
             data_service=data_service,
         )

@@ -118,8 +118,15 @@ def test_bad_bucket_boundaries():
         DatumDataset("/nonexistent", bucket_boundaries=[8, 4])
 
 
-def test_image_dtype_is_refused_for_text(tmp_path):
+def test_image_dtype_is_refused_for_text_before_any_export(tmp_path):
     root, _ = write_text_folders(tmp_path / "src", per_class=3)
-    ds = DatumDataset(root, image_dtype="uint8", verbose=False)
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(root, image_dtype="uint8", cache_dir=cache_dir, verbose=False)
     with pytest.raises(ValueError, match=r"`image_dtype` applies to images; this is a text dataset"):
         ds.train()
+    # Refused once the layout was found, before the export wrote anything.
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())
+    # An existing export is refused too, when it is read.
+    DatumDataset(root, cache_dir=cache_dir, verbose=False).export()
+    with pytest.raises(ValueError, match=r"`image_dtype` applies to images; this is a text dataset"):
+        DatumDataset(root, image_dtype="uint8", cache_dir=cache_dir, verbose=False, reexport="never").train()

@@ -161,6 +161,11 @@ def encode(record, options):
 
 
 def check_read_options(info, options):
+    if options.get("image_dtype") is not None:
+        raise ValueError(
+            "`image_dtype` applies to images; this is a text dataset without "
+            f"images. Received: image_dtype={options['image_dtype']!r}"
+        )
     classification.check_read_options(info, options)
 
 
