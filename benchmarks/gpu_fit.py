@@ -8,6 +8,7 @@ Keras data path). Run from the repository root:
 
     python benchmarks/gpu_fit.py --output benchmarks/results/gpu_fit.md
     python benchmarks/gpu_fit.py --image-dtype uint8 --output benchmarks/results/gpu_fit.md
+    python benchmarks/gpu_fit.py --files 40000 --epochs 1 --no-cache --output benchmarks/results/gpu_fit.md
     python benchmarks/gpu_fit.py --smoke         # CPU, about a minute: CI keeps it alive
 
 `--output` appends the command and its table to a markdown file, which
@@ -21,12 +22,17 @@ What it measures, in this order, on one model compiled once:
    batch and the last, partial one);
 2. the first epoch of `ds.train()` (decoding JPEGs and filling the decoded
    cache), then `--rounds` rounds, each `--epochs` epochs of synthetic data
-   and `--epochs` epochs of the same `ds.train()` dataset (reading the cache).
+   and `--epochs` epochs of the same `ds.train()` dataset (reading the cache,
+   or decoding again with `--no-cache`);
+3. the in-memory decode limit of the machine's cores with no model running
+   (at most `LIMIT_FILES` of the JPEGs, decoded and resized three times).
 
 An epoch's time runs from Keras's `on_epoch_begin` to `on_epoch_end`, which
 waits for the step's results, so that asynchronous device work is counted.
 A ratio is the median over rounds of the ratio of the median epoch times
-within a round. The markdown table printed last goes into
+within a round. Each epoch is also split at the start of its second step,
+which tells the wait for the first batch (a shuffle buffer's fill) from the
+rate the pipeline keeps up after it. The markdown table printed last goes into
 `docs/performance.md` as printed.
 """
 
