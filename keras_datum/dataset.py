@@ -188,10 +188,12 @@ class DatumDataset:
         bounding_box_class_key: detection only: `"classes"` (KerasCV) or
             `"labels"` (Keras core box-aware layers). Defaults to `"classes"`.
         max_image_side: export-time size cap: images whose longer side is
-            larger are shrunk to it once, at export, instead of in every
-            epoch. `"auto"` is `2 * max(image_size)`; `None` keeps the
-            originals. A cache with a larger (or no) cap is reused. Defaults
-            to `"auto"`.
+            more than 25% over it are shrunk to it once, at export (JPEGs
+            re-encoded at quality 95), instead of being decoded at full size
+            in every epoch. `"auto"` is `2 * max(image_size)`; `None` keeps
+            the originals. A cap near `image_size` makes every decoding epoch
+            cheaper, at the cost of detail for zooms and crops. A cache with
+            a larger (or no) cap is reused. Defaults to `"auto"`.
         cache: keep the decoded split in memory, at the target size as uint8,
             from the first epoch on, so that later epochs decode nothing.
             `"auto"` caches when the decoded split fits `cache_budget`;

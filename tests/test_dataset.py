@@ -334,6 +334,22 @@ def test_export_size_cap_shrinks_big_images_once(tmp_path):
     assert sizes["a/big.jpg"] == (300, 400, 3)
 
 
+def test_a_cap_near_the_target_shrinks_what_is_more_than_25_percent_over(tmp_path):
+    from PIL import Image
+
+    os.makedirs(tmp_path / "src" / "a")
+    Image.fromarray(np.full((300, 400, 3), 200, np.uint8)).save(tmp_path / "src" / "a" / "big.jpg")
+    # 70 pixels: over the cap of 60, but by less than 25%, so kept as it is.
+    Image.fromarray(np.full((70, 70, 3), 90, np.uint8)).save(tmp_path / "src" / "a" / "near.jpg")
+    ds = DatumDataset(tmp_path / "src", image_size=(50, 50), max_image_side=60,
+                      validation_split=None, verbose=False)
+    assert ds.info["export_options"]["max_image_side"] == 60
+    sizes = {name: pixels.shape for name, _, pixels in read_split(ds, "train")}
+    assert sizes == {"a/big.jpg": (45, 60, 3), "a/near.jpg": (70, 70, 3)}
+    x, _ = next(iter(ds.train()))
+    assert x.shape[1:] == (50, 50, 3)
+
+
 def test_rgba_reads_jpegs_with_an_opaque_alpha(tmp_path):
     root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2}, ext="jpg")
     ds = DatumDataset(root, image_size=(16, 16), color_mode="rgba", validation_split=None, verbose=False)
