@@ -585,7 +585,8 @@ What these runs show:
   synthetic batch from its second step on, and epochs with the cache off at 0.93x
   over the same steps.
   Those two runs had 12,800 training images (100 steps), where the first batch's
-  wait weighs more: whole epochs came to 0.86x and 0.85x. The cap costs the
+  wait weighs more: whole epochs came to 0.86x and 0.85x. (Their decode-limit row
+  still decodes the original files, not the capped ones.) The cap costs the
   resolution that random crops or zooms at more than the target size would use.
   The first runs, over 4,000 images (32 steps), had first epochs at about 0.5x: the
   wait for the first batch is a larger share of a short epoch.
