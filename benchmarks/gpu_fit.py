@@ -226,7 +226,8 @@ def markdown(result):
         f"{result['num_examples']} training examples ({result['steps']} steps per epoch"
         f"{', cache off' if result['no_cache'] else ''}"
         f"{'' if result['shuffle_buffer'] is None else ', shuffle buffer ' + str(result['shuffle_buffer'])}"
-        f"{'' if result['max_image_side'] is None else ', images capped at ' + str(result['max_image_side']) + ' pixels at export'}), "
+        f"{'' if result['max_image_side'] is None else ', images capped at ' + str(result['max_image_side']) + ' pixels at export'}"
+        f"{'' if result['threads'] is None else ', tf.data threads ' + str(result['threads'])}), "
         f"{result['rounds']} rounds of {result['epochs']} epochs each; export of "
         f"{result['files']} JPEGs took {result['export_s']:.1f} s.",
     ]
@@ -258,6 +259,11 @@ def main():
     parser.add_argument(
         "--max-image-side", type=int, default=None,
         help="the DatumDataset's export-time size cap (default: its own, 2 x 224)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="tf.data's private thread pool for ds.train() (default: one thread per core), "
+        "to leave cores to the training loop",
     )
     parser.add_argument("--output", default=None, help="markdown file to append the command and table to")
     args = parser.parse_args()
@@ -299,6 +305,10 @@ def main():
         print(f"exported in {export_s:.1f} s: {ds.num_examples}", flush=True)
 
         train = ds.train()
+        if args.threads:
+            options = tf.data.Options()
+            options.threading.private_threadpool_size = args.threads
+            train = train.with_options(options)
         synthetic = synthetic_like(ds.train(), num_examples, batch_size)
         check_same_feed(train, synthetic)
         model = build_model(image_size, len(ds.class_names))
@@ -377,6 +387,7 @@ def main():
             "no_cache": args.no_cache,
             "shuffle_buffer": args.shuffle_buffer,
             "max_image_side": args.max_image_side,
+            "threads": args.threads,
             "export_s": export_s,
         }
         print(f"python {platform.python_version()}", flush=True)
