@@ -410,7 +410,7 @@ class DatumDataset:
                 `shuffle`, `shuffle_buffer_size`, `problem`,
                 `bounding_box_format`, `max_boxes`, `bounding_box_class_key`,
                 `cache`, `cache_budget`, `strategy`, `mixed_precision`,
-                `verbose`), with the same defaults.
+                `image_dtype`, `verbose`), with the same defaults.
 
         Returns:
             A `DatumDataset` whose `train()`, `val()` and `test()` read the

@@ -311,15 +311,10 @@ def default_cache_budget():
     return int(available_memory() * DEFAULT_CACHE_FRACTION)
 
 
-def has_images(meta):
-    """Whether an export's examples hold images (text ones do not)."""
-    return "image" in meta["features"]
-
-
 def decoded_bytes(meta, split, options):
     """Memory the decoded split takes at the target size, as uint8."""
     info = meta["splits"][split]
-    if not has_images(meta):
+    if "image" not in meta["features"]:  # Text.
         return info.get("characters", 0) + 64 * info["num_examples"]
     height, width = options["image_size"]
     channels = images.CHANNELS[options["color_mode"]] + ("mask" in meta["features"])
