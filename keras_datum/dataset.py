@@ -206,8 +206,9 @@ class DatumDataset:
         strategy: `"auto"` (MirroredStrategy over all GPUs when there are
             several, else the default strategy) or a `tf.distribute.Strategy`.
             `batch_size` is per replica. Defaults to `"auto"`.
-        mixed_precision: `"auto"` (`mixed_float16` on a GPU of compute
-            capability >= 7.0, `mixed_bfloat16` on TPU, unchanged on CPU),
+        mixed_precision: `"auto"` (`mixed_float16` on GPUs of CUDA compute
+            capability >= 7.0, `mixed_bfloat16` on TPU, unchanged on CPU; on
+            Keras's JAX backend, as JAX sees the devices),
             `"float32"` (leave the global policy alone), `"mixed_float16"` or
             `"mixed_bfloat16"`. Set when the dataset is created. Defaults to
             `"auto"`. See `docs/distribution.md`.

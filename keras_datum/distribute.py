@@ -4,8 +4,9 @@
   there is more than one, else the default (no-op) strategy. A
   `tf.distribute.Strategy` instance is used as given. It is created on first
   use of `DatumDataset.strategy` or of a split, never at import.
-- `mixed_precision="auto"`: `mixed_float16` when a GPU of compute capability
-  7.0 or more is visible, `mixed_bfloat16` on TPU, and no change on CPU. It is
+- `mixed_precision="auto"`: `mixed_float16` when every visible GPU has CUDA
+  compute capability 7.0 or more, `mixed_bfloat16` on TPU, and no change on
+  CPU; on Keras's JAX backend, as JAX sees the devices. It is
   applied when the `DatumDataset` is created, so that a model built afterwards
   (typically in `with ds.strategy.scope():`) picks it up. `"float32"` leaves
   the global Keras policy alone; `"mixed_float16"` and `"mixed_bfloat16"`
@@ -16,6 +17,8 @@
   values, far below what a network notices. Augmentation still runs in
   float32, before the cast.
 """
+
+import re
 
 import keras
 import tensorflow as tf
@@ -41,30 +44,63 @@ def resolve_strategy(strategy):
     return tf.distribute.get_strategy()
 
 
-def gpu_compute_capabilities():
-    """(major, minor) of each visible GPU."""
+def cuda_capability(text):
+    """A CUDA compute capability written `"major.minor"` as `(major, minor)`;
+    `None` for anything else (JAX writes a ROCm GPU's as its gfx version)."""
+    match = re.fullmatch(r"(\d+)\.(\d+)", str(text))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def accelerators():
+    """`(platform, devices)` as the Keras backend sees them.
+
+    `platform` is `"tpu"`, `"gpu"` or `"cpu"`; `devices` holds each GPU's
+    CUDA compute capability as `(major, minor)` (`None` when it has none,
+    such as an AMD GPU). JAX is asked itself when it is the backend: a JAX
+    install usually has TensorFlow's CPU build, which sees no GPU at all.
+    Other backends are seen through TensorFlow (PyTorch's own view is not
+    asked: that backend is not tested here). Physical devices only on
+    TensorFlow: listing logical ones would start its runtime, after which
+    users can no longer configure devices or threads.
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        devices = jax.devices()
+        platform = devices[0].platform if devices else "cpu"
+        if platform != "gpu":
+            return platform, []
+        return "gpu", [cuda_capability(getattr(d, "compute_capability", "")) for d in devices]
+    if tf.config.list_physical_devices("TPU"):
+        return "tpu", []
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "cpu", []
     capabilities = []
-    for gpu in tf.config.list_physical_devices("GPU"):
+    for gpu in gpus:
         details = tf.config.experimental.get_device_details(gpu)
-        if "compute_capability" in details:
-            capabilities.append(tuple(details["compute_capability"]))
-    return capabilities
+        capability = details.get("compute_capability")
+        capabilities.append(tuple(capability) if capability else None)
+    return "gpu", capabilities
 
 
-def _has_tpu():
-    # Physical devices: listing logical ones would start the TensorFlow
-    # runtime, after which users can no longer configure devices or threads.
-    return bool(tf.config.list_physical_devices("TPU"))
+def policy_for(platform, capabilities):
+    """The policy `mixed_precision="auto"` picks for `accelerators()`' answer,
+    or None: float16 needs the tensor cores of CUDA capability 7.0 (Volta)
+    on every GPU; a GPU of unknown capability keeps float32."""
+    if platform == "tpu":
+        return "mixed_bfloat16"
+    if platform == "gpu" and capabilities and all(
+        c is not None and c >= (7, 0) for c in capabilities
+    ):
+        return "mixed_float16"
+    return None
 
 
 def auto_policy():
     """The policy `mixed_precision="auto"` picks on this machine, or None."""
-    if _has_tpu():
-        return "mixed_bfloat16"
-    capabilities = gpu_compute_capabilities()
-    if capabilities and min(capabilities) >= (7, 0):
-        return "mixed_float16"
-    return None
+    return policy_for(*accelerators())
 
 
 def apply_mixed_precision(mode):

@@ -83,7 +83,7 @@ JAX_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import keras
-    from keras_datum import DatumDataset
+    from keras_datum import DatumDataset, distribute
 
     ds = DatumDataset(sys.argv[1], image_size=(16, 16), batch_size=4, seed=0,
                       verbose=False, mixed_precision="mixed_float16", image_dtype="uint8")
@@ -99,6 +99,8 @@ JAX_SCRIPT = textwrap.dedent(
     _, accuracy = model.evaluate(ds.val(), verbose=0)
     print(json.dumps({
         "backend": keras.backend.backend(),
+        "accelerators": distribute.accelerators(),
+        "auto": distribute.auto_policy(),
         "policy": keras.mixed_precision.global_policy().name,
         "x_dtype": x.dtype.name,
         "epochs": len(history.history["loss"]),
@@ -130,6 +132,9 @@ def test_fit_on_the_jax_backend(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["backend"] == "jax"
+    # mixed_precision="auto" asks JAX, which sees this machine's CPU.
+    assert out["accelerators"] == ["cpu", []]
+    assert out["auto"] is None
     assert out["policy"] == "mixed_float16"
     assert out["x_dtype"] == "uint8"
     assert out["epochs"] == 30
@@ -160,23 +165,45 @@ def test_auto_leaves_cpu_alone(class_folders):
 
 
 @pytest.mark.parametrize(
-    "capabilities, expected", [([(8, 0)], "mixed_float16"), ([(6, 1)], "float32"), ([], "float32")]
+    "platform, capabilities, expected",
+    [
+        ("gpu", [(8, 0)], "mixed_float16"),
+        ("gpu", [(9, 0), (7, 0)], "mixed_float16"),
+        ("gpu", [(9, 0), (6, 1)], None),  # Every GPU must have tensor cores.
+        ("gpu", [None], None),  # No CUDA capability (an AMD GPU on JAX).
+        ("gpu", [], None),
+        ("tpu", [], "mixed_bfloat16"),
+        ("cpu", [], None),
+    ],
 )
-def test_auto_picks_float16_on_a_recent_gpu(class_folders, monkeypatch, capabilities, expected):
-    monkeypatch.setattr(distribute, "gpu_compute_capabilities", lambda: capabilities)
+def test_auto_policy_for_each_accelerator(platform, capabilities, expected):
+    assert distribute.policy_for(platform, capabilities) == expected
+
+
+def test_cuda_capability_as_jax_writes_it():
+    assert distribute.cuda_capability("9.0") == (9, 0)
+    assert distribute.cuda_capability("12.10") == (12, 10)
+    assert distribute.cuda_capability("gfx90a") is None
+    assert distribute.cuda_capability("") is None
+
+
+def test_this_machine_has_no_accelerator_for_tensorflow():
+    assert distribute.accelerators() == ("cpu", [])
+
+
+@pytest.mark.parametrize(
+    "found, expected",
+    [(("gpu", [(8, 0)]), "mixed_float16"), (("gpu", [(6, 1)]), "float32"), (("tpu", []), "mixed_bfloat16")],
+)
+def test_auto_sets_the_policy_it_picks(class_folders, monkeypatch, found, expected):
+    monkeypatch.setattr(distribute, "accelerators", lambda: found)
     ds = DatumDataset(class_folders, mixed_precision="auto", verbose=False)
     assert ds.mixed_precision == expected
     assert keras.mixed_precision.global_policy().name == expected
 
 
-def test_auto_picks_bfloat16_on_tpu(class_folders, monkeypatch):
-    monkeypatch.setattr(distribute, "_has_tpu", lambda: True)
-    ds = DatumDataset(class_folders, mixed_precision="auto", verbose=False)
-    assert ds.mixed_precision == "mixed_bfloat16"
-
-
 def test_float32_leaves_the_policy_alone(class_folders, monkeypatch):
-    monkeypatch.setattr(distribute, "gpu_compute_capabilities", lambda: [(9, 0)])
+    monkeypatch.setattr(distribute, "accelerators", lambda: ("gpu", [(9, 0)]))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     DatumDataset(class_folders, mixed_precision="float32", verbose=False)
     assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
