@@ -439,6 +439,11 @@ def _float_bytes(dataset, count):
     return 4 * count * spec.shape[1:].num_elements()
 
 
+def _int_labels(labels_spec):
+    """Whether the labels read are integers (class indices)."""
+    return labels_spec is not None and labels_spec.dtype.is_integer
+
+
 def _finisher(image_dtype, problem, labels_spec, resized_by=None):
     """The pipeline's last step, on examples or batches of them: images in
     `image_dtype` (cached ones are uint8), labels back in `labels_spec`'s
@@ -446,7 +451,7 @@ def _finisher(image_dtype, problem, labels_spec, resized_by=None):
     `(x, y)`. Images leaving as uint8 are rounded, and clipped unless
     `resized_by` (the interpolation, when nothing ran after the resize)
     cannot have left [0, 255]; uint8 images pass untouched."""
-    int_labels = labels_spec is not None and labels_spec.dtype.is_integer
+    int_labels = _int_labels(labels_spec)
     to_float = _pixels_as(tf.float32)
     image_dtype = tf.as_dtype(image_dtype)
 
@@ -566,7 +571,7 @@ def build(
     for augmentation in (augment, batch_augment):
         if augmentation is not None and seed is not None:
             augmentation.reseed(seed)
-    int_labels = labels_spec is not None and labels_spec.dtype.is_integer
+    int_labels = _int_labels(labels_spec)
     to_float = _pixels_as(tf.float32)
 
     def augmented(augmentation):
