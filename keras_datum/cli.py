@@ -1,4 +1,4 @@
-"""The `keras-datum` command: export, info, verify, preview, demo."""
+"""The `keras-datum` command: export, info, verify, preview, benchmark, demo."""
 
 import argparse
 import json
@@ -124,6 +124,30 @@ def _preview(args):
     print(f"Wrote {args.path}")
 
 
+def _benchmark(args):
+    from keras_datum import throughput
+    from keras_datum.dataset import DatumDataset
+
+    if args.epochs < 1:
+        raise ValueError(f"`--epochs` must be at least 1. Received: {args.epochs}")
+    side = "auto" if args.max_image_side is None else args.max_image_side
+    ds = DatumDataset(
+        args.source,
+        image_size=(args.image_size, args.image_size),
+        batch_size=args.batch_size,
+        cache_dir=args.cache_dir,
+        cache=False if args.no_cache else "auto",
+        image_dtype=args.image_dtype,
+        max_image_side=None if side == 0 else side,
+        verbose=not args.json,
+    )
+    result = throughput.measure(ds, args.split, args.epochs)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print("\n".join(throughput.report(result)))
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-datum",
@@ -171,6 +195,24 @@ def build_parser():
     verify = commands.add_parser("verify", help="check a cache's CRCs, counts and metadata")
     verify.add_argument("path", help="a cache folder, or a source folder")
     verify.set_defaults(run=_verify)
+
+    benchmark = commands.add_parser(
+        "benchmark", help="time reading a split, epoch by epoch, against decoding from memory"
+    )
+    benchmark.add_argument("source")
+    benchmark.add_argument("--cache-dir", default=None)
+    benchmark.add_argument("--split", default="train", choices=["train", "val", "test"])
+    benchmark.add_argument("--image-size", type=int, default=224)
+    benchmark.add_argument("--batch-size", type=int, default=32)
+    benchmark.add_argument("--epochs", type=int, default=3)
+    benchmark.add_argument("--image-dtype", default=None, choices=["uint8"])
+    benchmark.add_argument(
+        "--max-image-side", type=int, default=None,
+        help="the export's size cap, as for export (0 keeps originals)",
+    )
+    benchmark.add_argument("--no-cache", action="store_true", help="cache=False: every epoch decodes")
+    benchmark.add_argument("--json", action="store_true", help="print the figures as JSON")
+    benchmark.set_defaults(run=_benchmark)
 
     demo = commands.add_parser("demo", help="draw a shapes dataset, export, train")
     demo.add_argument("--data-dir", default=None)

@@ -71,3 +71,22 @@ def test_export_an_unlabelled_csv_layout_with_a_size_cap(tmp_path, capsys):
 
     meta = cache.read_metadata(cache_dir)
     assert meta["splits"]["train"]["image_sizes"]["width"]["max"] == 100
+
+
+def test_benchmark_prints_each_epoch(tmp_path, capsys):
+    import json
+
+    root = make_class_folders(tmp_path / "src", {"a": 10, "b": 10})
+    cache_dir = str(tmp_path / "cache")
+    args = ["benchmark", root, "--cache-dir", cache_dir, "--image-size", "16", "--batch-size", "4"]
+    assert cli.main([*args, "--epochs", "2", "--json", "--no-cache"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["exported"] is True and result["cache"]["on"] is False
+    assert [epoch["images"] for epoch in result["epochs"]] == [16, 16]
+    assert cli.main([*args, "--split", "val", "--epochs", "1", "--image-dtype", "uint8"]) == 0
+    out = capsys.readouterr().out
+    assert "val: 4 examples, batches of 4" in out
+    assert "export: none, the cache was up to date" in out
+    assert "epoch 1: " in out and "epoch 2: " not in out
+    assert cli.main([*args, "--epochs", "0"]) == 2
+    assert "`--epochs` must be at least 1. Received: 0" in capsys.readouterr().err

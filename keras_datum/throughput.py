@@ -1,0 +1,180 @@
+"""How fast a dataset's split reads on this machine, and what bounds it.
+
+`keras-datum benchmark` prints this for a user's own folder: whether the
+decoded cache is on, how fast the stored images decode from memory, and how
+fast `ds.train()` (or another split) yields batches, epoch by epoch. It is the
+measurement behind the levers of `docs/performance.md`: an epoch near the
+decode rate is bounded by decoding (a smaller `max_image_side` or the cache
+helps), one far below it by something else.
+"""
+
+import os
+import time
+
+import tensorflow as tf
+
+from keras_datum import cache
+from keras_datum import images
+from keras_datum import pipeline
+
+# Records decoded from memory for the decode rate: enough to last a few
+# seconds at 224 pixels on a small machine, and to fill every core.
+DECODE_RECORDS = 2000
+
+
+def cores():
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # Not Linux.
+        return os.cpu_count() or 1
+
+
+def _batch_size(x):
+    return int(tf.nest.flatten(x)[0].shape[0])
+
+
+def time_epoch(dataset):
+    """One pass over `dataset`: `{"images", "seconds", "images_per_second",
+    "first_batch_seconds"}`; the first batch's wait counts in the epoch."""
+    start = time.perf_counter()
+    first = None
+    count = 0
+    for x, _ in dataset:
+        if first is None:
+            first = time.perf_counter() - start
+        count += _batch_size(x)
+    seconds = time.perf_counter() - start
+    return {
+        "images": count,
+        "seconds": seconds,
+        "images_per_second": count / seconds if seconds > 0 else 0.0,
+        "first_batch_seconds": first,
+    }
+
+
+def decode_rate(meta, cache_dir, split, options, batch_size, records=None):
+    """Images per second of the split's own decoding and resizing, from
+    serialized records already in memory, in parallel on every core: no
+    reading, checking, shuffling, caching or casting. `None` for text.
+
+    The faster of two passes over at most `records` records (the first also
+    builds the functions). The pipeline decodes small raw-pixel images a
+    block at a time, faster than this one-at-a-time rate. `records`
+    defaults to `DECODE_RECORDS`.
+    """
+    if "image" not in meta["features"]:
+        return None
+    paths = pipeline.shard_paths(meta, cache_dir, split)
+    records = records or DECODE_RECORDS
+    serialized = [r for r in tf.data.TFRecordDataset(paths).take(records).batch(records)]
+    if not serialized:
+        return None
+    options = {**options, "stored_images": images.stored_images(meta["splits"][split])}
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(serialized[0])
+        .map(
+            lambda s: pipeline.decode_example(s, meta, options)["images"],
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .batch(batch_size)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    best = None
+    for _ in range(2):
+        start = time.perf_counter()
+        count = sum(int(batch.shape[0]) for batch in dataset)
+        rate = count / (time.perf_counter() - start)
+        best = rate if best is None else max(best, rate)
+    return {"images_per_second": best, "records": int(serialized[0].shape[0])}
+
+
+def measure(ds, split="train", epochs=3):
+    """Exports `ds` if needed, then times what reading `split` costs.
+
+    Returns:
+        A dict: the split and its size, the batch size, the cores, whether
+        this call exported and how long that (or the cache check) took, whether the
+        decoded cache is on (with the split's decoded size and the budget),
+        the decode rate from memory (`decode_rate`), and each epoch's
+        `time_epoch` figures, in order.
+    """
+    if ds.global_batch_size is None:
+        raise ValueError("Timing epochs needs batches: `batch_size` must not be None.")
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"`split` must be 'train', 'val' or 'test'. Received: split={split!r}")
+    try:
+        before = (cache.read_metadata(ds.cache_dir) or {}).get("created")
+    except cache.CacheError:  # A damaged cache: the export replaces it.
+        before = None
+    start = time.perf_counter()
+    meta = ds.export()
+    export_seconds = time.perf_counter() - start
+    if split not in meta["splits"]:
+        raise ValueError(
+            f"This dataset has no {split!r} split. Its splits are {sorted(meta['splits'])}."
+        )
+    dataset = {"train": ds.train, "val": ds.val, "test": ds.test}[split]()
+    decoded = pipeline.decoded_bytes(meta, split, ds._read_options)
+    budget = None
+    if ds._cache == "auto":
+        budget = ds._cache_budget or pipeline.default_cache_budget()
+    decode = decode_rate(meta, ds.cache_dir, split, ds._read_options, ds.global_batch_size)
+    return {
+        "split": split,
+        "examples": meta["splits"][split]["num_examples"],
+        "batch_size": ds.global_batch_size,
+        "cores": cores(),
+        "exported": meta.get("created") != before,
+        "export_seconds": export_seconds,
+        "cache": {
+            "on": ds._cache_decoded(meta, split),
+            "decoded_bytes": decoded,
+            "budget_bytes": budget,
+        },
+        "decode": decode,
+        "epochs": [time_epoch(dataset) for _ in range(epochs)],
+    }
+
+
+def report(result):
+    """`measure`'s result as lines of text."""
+    mb = 1024 * 1024
+    decoded_cache = result["cache"]
+    lines = [
+        f"{result['split']}: {result['examples']} examples, batches of "
+        f"{result['batch_size']}, {result['cores']} cores",
+        f"export: {result['export_seconds']:.1f} s"
+        if result["exported"]
+        else f"export: none, the cache was up to date (checked in {result['export_seconds']:.1f} s)",
+    ]
+    budget = (
+        "" if decoded_cache["budget_bytes"] is None
+        else f" of a {decoded_cache['budget_bytes'] / mb:,.0f} MB budget"
+    )
+    size = f"{decoded_cache['decoded_bytes'] / mb:,.0f} MB{budget}"
+    if decoded_cache["on"]:
+        lines.append(
+            f"decoded cache: on, {size}: "
+            "epochs after the first decode nothing"
+        )
+    else:
+        lines.append(
+            f"decoded cache: off ({size}): "
+            "every epoch decodes"
+        )
+    decode = result["decode"]
+    if decode is not None:
+        lines.append(
+            f"decoding from memory: {decode['images_per_second']:,.0f} images/s "
+            f"({decode['records']} records, no reading, shuffling or caching)"
+        )
+    for number, epoch in enumerate(result["epochs"], 1):
+        line = (
+            f"epoch {number}: {epoch['images_per_second']:,.0f} images/s, "
+            f"{epoch['seconds']:.2f} s, first batch after {epoch['first_batch_seconds'] or 0:.2f} s"
+        )
+        if decode is not None and decode["images_per_second"] > 0:
+            line += f" ({epoch['images_per_second'] / decode['images_per_second']:.2f}x decoding)"
+        lines.append(line)
+    return lines

@@ -1,0 +1,73 @@
+"""`keras-datum benchmark`'s measurement: what it counts, not how fast."""
+
+import os
+
+import pytest
+from test_text import write_text_folders
+
+from keras_datum import DatumDataset
+from keras_datum import throughput
+
+
+def test_measure_times_every_epoch_of_the_split(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False)
+    result = throughput.measure(ds, "train", epochs=2)
+    examples = ds.num_examples["train"]
+    assert result["exported"] is True
+    assert result["split"] == "train" and result["examples"] == examples == 24
+    assert result["batch_size"] == 4
+    assert [epoch["images"] for epoch in result["epochs"]] == [examples, examples]
+    for epoch in result["epochs"]:
+        assert 0 < epoch["first_batch_seconds"] <= epoch["seconds"]
+        assert epoch["images_per_second"] == pytest.approx(examples / epoch["seconds"])
+    # 24 images of 16x16x3 as uint8, plus the per-example allowance.
+    assert result["cache"] == {
+        "on": True, "decoded_bytes": 24 * (16 * 16 * 3 + 64),
+        "budget_bytes": result["cache"]["budget_bytes"],
+    }
+    assert result["cache"]["budget_bytes"] > result["cache"]["decoded_bytes"]
+    assert result["decode"]["records"] == examples
+    assert result["decode"]["images_per_second"] > 0
+
+    again = throughput.measure(ds, "val", epochs=1)
+    assert again["exported"] is False  # The cache was up to date.
+    assert again["epochs"][0]["images"] == ds.num_examples["val"] == 6
+
+    lines = throughput.report(result)
+    assert lines[0] == "train: 24 examples, batches of 4, " + f"{throughput.cores()} cores"
+    assert lines[1].startswith("export: ") and "up to date" not in lines[1]
+    assert lines[2].startswith("decoded cache: on, 0 MB of a ")
+    assert lines[3].startswith("decoding from memory: ") and "(24 records" in lines[3]
+    assert [line.split(":")[0] for line in lines[4:]] == ["epoch 1", "epoch 2"]
+    assert "up to date" in throughput.report(again)[1]
+
+
+def test_decode_rate_reads_at_most_the_records_asked(class_folders, monkeypatch):
+    monkeypatch.setattr(throughput, "DECODE_RECORDS", 5)
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False, cache=False)
+    result = throughput.measure(ds, "train", epochs=1)
+    assert result["decode"]["records"] == 5
+    assert result["cache"]["on"] is False and result["cache"]["budget_bytes"] is None
+    assert "decoded cache: off (0 MB): every epoch decodes" in throughput.report(result)
+
+
+def test_text_has_no_decode_rate(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src")
+    ds = DatumDataset(root, batch_size=4, verbose=False)
+    result = throughput.measure(ds, "train", epochs=1)
+    assert result["decode"] is None
+    assert result["epochs"][0]["images"] == ds.num_examples["train"]
+    assert not any(line.startswith("decoding") for line in throughput.report(result))
+
+
+def test_bad_arguments_are_refused_before_any_export(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=None, verbose=False)
+    with pytest.raises(ValueError, match="`batch_size` must not be None"):
+        throughput.measure(ds)
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False)
+    with pytest.raises(ValueError, match="Received: split='training'"):
+        throughput.measure(ds, "training")
+    assert not os.path.exists(ds.cache_dir)
+    ds.export()
+    with pytest.raises(ValueError, match=r"no 'test' split. Its splits are \['train', 'val'\]"):
+        throughput.measure(ds, "test")
