@@ -16,10 +16,14 @@ import tensorflow as tf
 from keras_datum import cache
 from keras_datum import images
 from keras_datum import pipeline
+from keras_datum import storage
 
 # Records decoded from memory for the decode rate: enough to last a few
-# seconds at 224 pixels on a small machine, and to fill every core.
+# seconds at 224 pixels on a small machine, and to fill every core; and at
+# most about this many bytes of them (originals of 12-megapixel photos are
+# 5 MB each).
 DECODE_RECORDS = 2000
+DECODE_BYTES = 256 * 1024 * 1024
 
 
 def cores():
@@ -61,12 +65,17 @@ def decode_rate(meta, cache_dir, split, options, batch_size, records=None):
     The faster of two passes over at most `records` records (the first also
     builds the functions). The pipeline decodes small raw-pixel images a
     block at a time, faster than this one-at-a-time rate. `records`
-    defaults to `DECODE_RECORDS`.
+    defaults to `DECODE_RECORDS`, or fewer when they would take more than
+    `DECODE_BYTES` of memory.
     """
     if "image" not in meta["features"]:
         return None
     paths = pipeline.shard_paths(meta, cache_dir, split)
-    records = records or DECODE_RECORDS
+    if not paths:
+        return None
+    size = sum(storage.getsize(path) for path in paths)
+    record_bytes = max(1, size // meta["splits"][split]["num_examples"])
+    records = records or max(1, min(DECODE_RECORDS, DECODE_BYTES // record_bytes))
     serialized = [r for r in tf.data.TFRecordDataset(paths).take(records).batch(records)]
     if not serialized:
         return None

@@ -42,9 +42,13 @@ def test_measure_times_every_epoch_of_the_split(class_folders):
     assert "up to date" in throughput.report(again)[1]
 
 
-def test_decode_rate_reads_at_most_the_records_asked(class_folders, monkeypatch):
-    monkeypatch.setattr(throughput, "DECODE_RECORDS", 5)
+@pytest.mark.parametrize("limit", ["DECODE_RECORDS", "DECODE_BYTES"])
+def test_decode_rate_reads_at_most_the_records_asked(class_folders, monkeypatch, limit):
     ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False, cache=False)
+    info = ds.info["splits"]["train"]
+    size = sum(os.path.getsize(os.path.join(ds.cache_dir, s["file"])) for s in info["shards"])
+    record_bytes = size // info["num_examples"]
+    monkeypatch.setattr(throughput, limit, 5 if limit == "DECODE_RECORDS" else 5 * record_bytes)
     result = throughput.measure(ds, "train", epochs=1)
     assert result["decode"]["records"] == 5
     assert result["cache"]["on"] is False and result["cache"]["budget_bytes"] is None
