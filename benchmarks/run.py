@@ -403,8 +403,10 @@ them on, except the opt-in uint8 output, which has its own table):
   second, the wait for the first batch, and the ratio to that decode rate. A first
   epoch near the decode rate is bounded by decoding (a smaller size cap below, or
   an accelerator-side cast, helps); later epochs far above it come from the cache.
-  `--no-cache`, `--max-image-side` and `--image-dtype uint8` try the levers below;
-  `--json` prints the figures for a script.
+  `--keras` adds one epoch of `keras.utils.image_dataset_from_directory` over the
+  same class folders, and each epoch's ratio to it. `--no-cache`,
+  `--max-image-side` and `--image-dtype uint8` try the levers below; `--json`
+  prints the figures for a script.
 
 - **Validate cheaply, once.** Every file is decoded at export. JPEGs kept as they are
   decode at 1/8 scale (DCT scaling still reads and checks every block), and PNGs skip

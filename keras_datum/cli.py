@@ -141,7 +141,7 @@ def _benchmark(args):
         max_image_side=None if side == 0 else side,
         verbose=not args.json,
     )
-    result = throughput.measure(ds, args.split, args.epochs)
+    result = throughput.measure(ds, args.split, args.epochs, keras=args.keras)
     if args.json:
         print(json.dumps(result))
     else:
@@ -211,6 +211,10 @@ def build_parser():
         help="the export's size cap, as for export (0 keeps originals)",
     )
     benchmark.add_argument("--no-cache", action="store_true", help="cache=False: every epoch decodes")
+    benchmark.add_argument(
+        "--keras", action="store_true",
+        help="also time one epoch of keras.utils.image_dataset_from_directory (class folders)",
+    )
     benchmark.add_argument("--json", action="store_true", help="print the figures as JSON")
     benchmark.set_defaults(run=_benchmark)
 

@@ -98,15 +98,45 @@ def decode_rate(meta, cache_dir, split, options, batch_size, records=None):
     return {"images_per_second": best, "records": int(serialized[0].shape[0])}
 
 
-def measure(ds, split="train", epochs=3):
+def keras_rate(ds, meta):
+    """One epoch of `keras.utils.image_dataset_from_directory` over the whole
+    source folder, with the dataset's image options: `time_epoch`'s figures,
+    or `{"not_applicable": why}` for sources it cannot read."""
+    if meta["layout"] != "class_folders" or meta["problem"] != "classification":
+        return {
+            "not_applicable": f"it reads image class folders, and this source is "
+            f"{meta['problem']} in the {meta['layout']!r} layout"
+        }
+    import keras
+
+    options = ds._read_options
+    dataset = keras.utils.image_dataset_from_directory(
+        ds.source,
+        image_size=options["image_size"],
+        batch_size=ds.global_batch_size,
+        color_mode=options["color_mode"],
+        interpolation=options["interpolation"],
+        crop_to_aspect_ratio=options["crop_to_aspect_ratio"],
+        pad_to_aspect_ratio=bool(options["pad_to_aspect_ratio"]),
+        follow_links=ds._export_options["follow_links"],
+        shuffle=True,
+        seed=0,
+        verbose=False,
+    )
+    return time_epoch(dataset)
+
+
+def measure(ds, split="train", epochs=3, keras=False):
     """Exports `ds` if needed, then times what reading `split` costs.
 
     Returns:
         A dict: the split and its size, the batch size, the cores, whether
         this call exported and how long that (or the cache check) took, whether the
         decoded cache is on (with the split's decoded size and the budget),
-        the decode rate from memory (`decode_rate`), and each epoch's
-        `time_epoch` figures, in order.
+        the decode rate from memory (`decode_rate`), each epoch's
+        `time_epoch` figures, in order, and with `keras`, one epoch of
+        `keras.utils.image_dataset_from_directory` over the source folder
+        (`keras_rate`; `None` without).
     """
     if ds.global_batch_size is None:
         raise ValueError("Timing epochs needs batches: `batch_size` must not be None.")
@@ -143,6 +173,7 @@ def measure(ds, split="train", epochs=3):
         },
         "decode": decode,
         "epochs": [time_epoch(dataset) for _ in range(epochs)],
+        "keras": keras_rate(ds, meta) if keras else None,
     }
 
 
@@ -178,12 +209,26 @@ def report(result):
             f"decoding from memory: {decode['images_per_second']:,.0f} images/s "
             f"({decode['records']} records, no reading, shuffling or caching)"
         )
+    keras = result.get("keras")
+    if keras is not None and "not_applicable" in keras:
+        lines.append(f"keras.utils.image_dataset_from_directory: not timed: {keras['not_applicable']}")
+        keras = None
+    elif keras is not None:
+        lines.append(
+            f"keras.utils.image_dataset_from_directory: {keras['images_per_second']:,.0f} "
+            f"images/s (one epoch over all {keras['images']} files)"
+        )
     for number, epoch in enumerate(result["epochs"], 1):
         line = (
             f"epoch {number}: {epoch['images_per_second']:,.0f} images/s, "
             f"{epoch['seconds']:.2f} s, first batch after {epoch['first_batch_seconds'] or 0:.2f} s"
         )
-        if decode is not None and decode["images_per_second"] > 0:
-            line += f" ({epoch['images_per_second'] / decode['images_per_second']:.2f}x decoding)"
+        ratios = [
+            f"{epoch['images_per_second'] / reference['images_per_second']:.2f}x {name}"
+            for name, reference in (("decoding", decode), ("Keras", keras))
+            if reference is not None and reference["images_per_second"] > 0
+        ]
+        if ratios:
+            line += f" ({', '.join(ratios)})"
         lines.append(line)
     return lines

@@ -40,6 +40,18 @@ def test_measure_times_every_epoch_of_the_split(class_folders):
     assert lines[3].startswith("decoding from memory: ") and "(24 records" in lines[3]
     assert [line.split(":")[0] for line in lines[4:]] == ["epoch 1", "epoch 2"]
     assert "up to date" in throughput.report(again)[1]
+    assert result["keras"] is None and not any("Keras" in line for line in lines)
+
+
+def test_keras_epoch_over_the_same_folder(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False)
+    result = throughput.measure(ds, "train", epochs=1, keras=True)
+    assert result["keras"]["images"] == 30  # Every file: Keras reads the whole folder.
+    assert result["keras"]["images_per_second"] > 0
+    lines = throughput.report(result)
+    assert "keras.utils.image_dataset_from_directory: " in lines[4]
+    assert "(one epoch over all 30 files)" in lines[4]
+    assert lines[5].startswith("epoch 1: ") and "x decoding, " in lines[5] and lines[5].endswith("x Keras)")
 
 
 @pytest.mark.parametrize("limit", ["DECODE_RECORDS", "DECODE_BYTES"])
@@ -58,10 +70,17 @@ def test_decode_rate_reads_at_most_the_records_asked(class_folders, monkeypatch,
 def test_text_has_no_decode_rate(tmp_path):
     root, _ = write_text_folders(tmp_path / "src")
     ds = DatumDataset(root, batch_size=4, verbose=False)
-    result = throughput.measure(ds, "train", epochs=1)
+    result = throughput.measure(ds, "train", epochs=1, keras=True)
     assert result["decode"] is None
     assert result["epochs"][0]["images"] == ds.num_examples["train"]
-    assert not any(line.startswith("decoding") for line in throughput.report(result))
+    assert result["keras"] == {
+        "not_applicable": "it reads image class folders, and this source is text "
+        "in the 'class_folders' layout"
+    }
+    lines = throughput.report(result)
+    assert not any(line.startswith("decoding") for line in lines)
+    assert "keras.utils.image_dataset_from_directory: not timed: it reads image" in lines[3]
+    assert "x Keras" not in lines[4] and "(" not in lines[4]
 
 
 def test_bad_arguments_are_refused_before_any_export(class_folders):
