@@ -94,3 +94,12 @@ def test_bad_arguments_are_refused_before_any_export(class_folders):
     ds.export()
     with pytest.raises(ValueError, match=r"no 'test' split. Its splits are \['train', 'val'\]"):
         throughput.measure(ds, "test")
+
+
+def test_unlabelled_batches_are_counted_by_their_images(class_folders):
+    # Batches of two images and no labels: unpacking them as `(x, y)` would
+    # count the first image's height.
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=2, label_mode=None, verbose=False)
+    assert ds.train().element_spec.shape.as_list() == [None, 16, 16, 3]
+    result = throughput.measure(ds, "train", epochs=1)
+    assert result["epochs"][0]["images"] == ds.num_examples["train"] == 24
