@@ -393,20 +393,19 @@ def check_targets(rows):
 LEVERS = """
 ## Levers
 
+**Measure your own data first.** `keras-datum benchmark path/to/images --image-size
+224` exports the folder if needed, then prints whether the decoded cache is on, how
+fast the split's stored images decode from memory on every core (no reading,
+shuffling or caching), and each epoch of `ds.train()`: images per second, the wait
+for the first batch, and the ratio to that decode rate. A first epoch near the decode
+rate is bounded by decoding (a smaller size cap, below, helps); later epochs far above
+it come from the cache. `--keras` adds one epoch of
+`keras.utils.image_dataset_from_directory` over the same class folders, and each
+epoch's ratio to it. `--no-cache`, `--max-image-side` and `--image-dtype uint8` try
+the levers below; `--json` prints the figures for a script.
+
 What keras_datum does, and when each applies (the CPU figures above are with all of
 them on, except the opt-in uint8 output, which has its own table):
-
-- **Measure your own data first.** `keras-datum benchmark path/to/images
-  --image-size 224` exports the folder if needed, then prints whether the decoded
-  cache is on, how fast the split's stored images decode from memory on every core
-  (no reading, shuffling or caching), and each epoch of `ds.train()`: images per
-  second, the wait for the first batch, and the ratio to that decode rate. A first
-  epoch near the decode rate is bounded by decoding (a smaller size cap below, or
-  an accelerator-side cast, helps); later epochs far above it come from the cache.
-  `--keras` adds one epoch of `keras.utils.image_dataset_from_directory` over the
-  same class folders, and each epoch's ratio to it. `--no-cache`,
-  `--max-image-side` and `--image-dtype uint8` try the levers below; `--json`
-  prints the figures for a script.
 
 - **Validate cheaply, once.** Every file is decoded at export. JPEGs kept as they are
   decode at 1/8 scale (DCT scaling still reads and checks every block), and PNGs skip
