@@ -208,7 +208,8 @@ class DatumDataset:
             `batch_size` is per replica. Defaults to `"auto"`.
         mixed_precision: `"auto"` (`mixed_float16` on GPUs of CUDA compute
             capability >= 7.0, `mixed_bfloat16` on TPU, unchanged on CPU; on
-            Keras's JAX backend, as JAX sees the devices),
+            Keras's JAX backend, as JAX sees the devices once it has started
+            them: see `docs/distribution.md`),
             `"float32"` (leave the global policy alone), `"mixed_float16"` or
             `"mixed_bfloat16"`. Set when the dataset is created. Defaults to
             `"auto"`. See `docs/distribution.md`.

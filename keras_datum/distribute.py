@@ -6,7 +6,8 @@
   use of `DatumDataset.strategy` or of a split, never at import.
 - `mixed_precision="auto"`: `mixed_float16` when every visible GPU has CUDA
   compute capability 7.0 or more, `mixed_bfloat16` on TPU, and no change on
-  CPU; on Keras's JAX backend, as JAX sees the devices. It is
+  CPU; on Keras's JAX backend, as JAX sees the devices once it has started
+  them (it is never started here). It is
   applied when the `DatumDataset` is created, so that a model built afterwards
   (typically in `with ds.strategy.scope():`) picks it up. `"float32"` leaves
   the global Keras policy alone; `"mixed_float16"` and `"mixed_bfloat16"`
@@ -18,7 +19,9 @@
   float32, before the cast.
 """
 
+import importlib.util
 import re
+import warnings
 
 import keras
 import tensorflow as tf
@@ -54,24 +57,18 @@ def cuda_capability(text):
 def accelerators():
     """`(platform, devices)` as the Keras backend sees them.
 
-    `platform` is `"tpu"`, `"gpu"` or `"cpu"`; `devices` holds each GPU's
-    CUDA compute capability as `(major, minor)` (`None` when it has none,
-    such as an AMD GPU). JAX is asked itself when it is the backend: a JAX
-    install usually has TensorFlow's CPU build, which sees no GPU at all.
-    Other backends are seen through TensorFlow (PyTorch's own view is not
-    asked: that backend is not tested here). Physical devices only on
-    TensorFlow: listing logical ones would start its runtime, after which
-    users can no longer configure devices or threads.
+    `platform` is `"tpu"`, `"gpu"` or `"cpu"`, or `"unknown"` (see
+    `_jax_accelerators`); `devices` holds each GPU's CUDA compute capability
+    as `(major, minor)` (`None` when it has none, such as an AMD GPU). JAX is
+    asked itself when it is the backend: a JAX install usually has
+    TensorFlow's CPU build, which sees no GPU at all. Other backends are seen
+    through TensorFlow (PyTorch's own view is not asked: that backend is not
+    tested here). Physical devices only on TensorFlow: listing logical ones
+    would start its runtime, after which users can no longer configure
+    devices or threads.
     """
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        devices = jax.devices()
-        platform = devices[0].platform if devices else "cpu"
-        if platform != "gpu":
-            return platform, []
-        return "gpu", [cuda_capability(getattr(d, "compute_capability", "")) for d in devices]
+    if keras.backend.backend() == "jax":
+        return _jax_accelerators()
     if tf.config.list_physical_devices("TPU"):
         return "tpu", []
     gpus = tf.config.list_physical_devices("GPU")
@@ -85,10 +82,53 @@ def accelerators():
     return "gpu", capabilities
 
 
+def _jax_started():
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # Another JAX: assume not started.
+        return False
+
+
+def _jax_accelerator_installed():
+    """Whether JAX has a GPU plugin (`jax_plugins`) or libtpu installed:
+    found on disk, without importing or starting anything."""
+    return any(
+        importlib.util.find_spec(name) is not None for name in ("jax_plugins", "libtpu")
+    )
+
+
+def _jax_accelerators():
+    """`accelerators()` on Keras's JAX backend.
+
+    JAX's devices are asked only once JAX has started them (any JAX or Keras
+    computation does): asking starts them, after which
+    `keras.distribution.initialize()` and `jax.distributed.initialize()` no
+    longer work, and creating a `DatumDataset` must not take that away. Before
+    then, a JAX with no GPU plugin and no libtpu installed has only the CPU;
+    with one, the platform is `"unknown"`.
+    """
+    if _jax_started():
+        import jax
+
+        return from_jax_devices(jax.devices())
+    return ("unknown", []) if _jax_accelerator_installed() else ("cpu", [])
+
+
+def from_jax_devices(devices):
+    """`accelerators()`' answer for JAX's `devices` (`jax.devices()`)."""
+    platform = devices[0].platform if devices else "cpu"
+    if platform != "gpu":
+        return platform, []
+    return "gpu", [cuda_capability(getattr(d, "compute_capability", "")) for d in devices]
+
+
 def policy_for(platform, capabilities):
     """The policy `mixed_precision="auto"` picks for `accelerators()`' answer,
     or None: float16 needs the tensor cores of CUDA capability 7.0 (Volta)
-    on every GPU; a GPU of unknown capability keeps float32."""
+    on every GPU; a GPU of unknown capability, or an unknown platform, keeps
+    float32."""
     if platform == "tpu":
         return "mixed_bfloat16"
     if platform == "gpu" and capabilities and all(
@@ -98,14 +138,23 @@ def policy_for(platform, capabilities):
     return None
 
 
-def auto_policy():
-    """The policy `mixed_precision="auto"` picks on this machine, or None."""
-    return policy_for(*accelerators())
-
-
 def apply_mixed_precision(mode):
     """Sets the global Keras dtype policy for `mode`; returns the policy name in force."""
-    policy = auto_policy() if mode == "auto" else mode
+    policy = mode
+    if mode == "auto":
+        platform, capabilities = accelerators()
+        policy = policy_for(platform, capabilities)
+        if platform == "unknown":
+            warnings.warn(
+                "mixed_precision='auto' left the Keras dtype policy as it was: Keras "
+                "runs on JAX, which has a GPU or TPU plugin but has not started its "
+                "devices yet, and starting them here would stop a later "
+                "keras.distribution.initialize() from working. Pass "
+                "mixed_precision='mixed_float16' (GPU) or 'mixed_bfloat16' (TPU), "
+                "or create the DatumDataset once JAX has started (after any Keras "
+                "computation, or jax.devices()).",
+                stacklevel=3,
+            )
     if policy not in (None, "float32"):
         keras.mixed_precision.set_global_policy(policy)
     return keras.mixed_precision.global_policy().name

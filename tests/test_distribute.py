@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import keras
 import numpy as np
@@ -83,8 +84,14 @@ JAX_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import keras
+    import jax
+    from jax._src import xla_bridge
     from keras_datum import DatumDataset, distribute
 
+    # mixed_precision="auto" (the default) must not start JAX: that would
+    # stop a later keras.distribution.initialize() from working.
+    auto = DatumDataset(sys.argv[1], verbose=False).mixed_precision
+    started_by_dataset = xla_bridge.backends_are_initialized()
     ds = DatumDataset(sys.argv[1], image_size=(16, 16), batch_size=4, seed=0,
                       verbose=False, mixed_precision="mixed_float16", image_dtype="uint8")
     model = keras.Sequential([
@@ -99,8 +106,10 @@ JAX_SCRIPT = textwrap.dedent(
     _, accuracy = model.evaluate(ds.val(), verbose=0)
     print(json.dumps({
         "backend": keras.backend.backend(),
+        "auto_before_start": auto,
+        "started_by_dataset": started_by_dataset,
         "accelerators": distribute.accelerators(),
-        "auto": distribute.auto_policy(),
+        "jax_platform": jax.devices()[0].platform,
         "policy": keras.mixed_precision.global_policy().name,
         "x_dtype": x.dtype.name,
         "epochs": len(history.history["loss"]),
@@ -132,9 +141,11 @@ def test_fit_on_the_jax_backend(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["backend"] == "jax"
-    # mixed_precision="auto" asks JAX, which sees this machine's CPU.
-    assert out["accelerators"] == ["cpu", []]
-    assert out["auto"] is None
+    # Before JAX starts, auto leaves it alone (a JAX with no GPU plugin has
+    # only the CPU); once it has started, auto asks JAX for its devices.
+    assert out["started_by_dataset"] is False
+    assert out["auto_before_start"] == "float32"
+    assert out["accelerators"][0] == out["jax_platform"]
     assert out["policy"] == "mixed_float16"
     assert out["x_dtype"] == "uint8"
     assert out["epochs"] == 30
@@ -174,6 +185,7 @@ def test_auto_leaves_cpu_alone(class_folders):
         ("gpu", [], None),
         ("tpu", [], "mixed_bfloat16"),
         ("cpu", [], None),
+        ("unknown", [], None),
     ],
 )
 def test_auto_policy_for_each_accelerator(platform, capabilities, expected):
@@ -187,8 +199,24 @@ def test_cuda_capability_as_jax_writes_it():
     assert distribute.cuda_capability("") is None
 
 
-def test_this_machine_has_no_accelerator_for_tensorflow():
-    assert distribute.accelerators() == ("cpu", [])
+def test_jax_devices_as_accelerators():
+    def device(platform, capability=None):
+        # The attributes auto reads from a `jax.Device`: no GPU here to list.
+        return types.SimpleNamespace(platform=platform, compute_capability=capability)
+
+    assert distribute.from_jax_devices([device("gpu", "8.0"), device("gpu", "9.0")]) == (
+        "gpu", [(8, 0), (9, 0)]
+    )
+    assert distribute.from_jax_devices([device("gpu", "gfx90a")]) == ("gpu", [None])
+    assert distribute.from_jax_devices([device("tpu")]) == ("tpu", [])
+    assert distribute.from_jax_devices([device("cpu")]) == ("cpu", [])
+
+
+def test_auto_warns_when_jax_has_not_started_its_accelerator(class_folders, monkeypatch):
+    monkeypatch.setattr(distribute, "accelerators", lambda: ("unknown", []))
+    with pytest.warns(UserWarning, match="Pass mixed_precision='mixed_float16'"):
+        ds = DatumDataset(class_folders, mixed_precision="auto", verbose=False)
+    assert ds.mixed_precision == "float32"
 
 
 @pytest.mark.parametrize(
