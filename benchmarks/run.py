@@ -400,8 +400,8 @@ shuffling or caching), and each epoch of `ds.train()`: images per second, the wa
 for the first batch, and the ratio to that decode rate. A first epoch near the decode
 rate is bounded by decoding (a smaller size cap, below, helps); later epochs far above
 it come from the cache. `--keras` adds one epoch of
-`keras.utils.image_dataset_from_directory` over the same class folders, and each
-epoch's ratio to it. `--no-cache`, `--max-image-side` and `--image-dtype uint8` try
+`keras.utils.image_dataset_from_directory` over the whole class folder (every
+split's files), and each epoch's ratio to it. `--no-cache`, `--max-image-side` and `--image-dtype uint8` try
 the levers below; `--json` prints the figures for a script.
 
 What keras_datum does, and when each applies (the CPU figures above are with all of

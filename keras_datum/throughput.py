@@ -108,23 +108,35 @@ def keras_rate(ds, meta):
             "not_applicable": f"it reads image class folders, and this source is "
             f"{meta['problem']} in the {meta['layout']!r} layout"
         }
+    invalid = meta["invalid_files"]["count"]
+    if invalid:
+        return {
+            "not_applicable": f"{invalid} files of the folder are not valid images "
+            "(see `keras-datum info`), and one stops Keras's epoch"
+        }
     import keras
 
     options = ds._read_options
-    dataset = keras.utils.image_dataset_from_directory(
-        ds.source,
-        image_size=options["image_size"],
-        batch_size=ds.global_batch_size,
-        color_mode=options["color_mode"],
-        interpolation=options["interpolation"],
-        crop_to_aspect_ratio=options["crop_to_aspect_ratio"],
-        pad_to_aspect_ratio=bool(options["pad_to_aspect_ratio"]),
-        follow_links=ds._export_options["follow_links"],
-        shuffle=True,
-        seed=0,
-        verbose=False,
-    )
-    return time_epoch(dataset)
+    try:
+        dataset = keras.utils.image_dataset_from_directory(
+            ds.source,
+            image_size=options["image_size"],
+            batch_size=ds.global_batch_size,
+            color_mode=options["color_mode"],
+            interpolation=options["interpolation"],
+            crop_to_aspect_ratio=options["crop_to_aspect_ratio"],
+            pad_to_aspect_ratio=bool(options["pad_to_aspect_ratio"]),
+            follow_links=ds._export_options["follow_links"],
+            shuffle=True,
+            seed=0,
+            verbose=False,
+        )
+        return time_epoch(dataset)
+    except (ValueError, tf.errors.OpError) as e:
+        # Files Keras cannot read (formats it does not list, such as WebP
+        # or TIFF, which keras_datum converts): the figures above still stand.
+        message = str(getattr(e, "message", e)).strip().splitlines()[0]
+        return {"not_applicable": f"Keras failed on this folder: {message}"}
 
 
 def measure(ds, split="train", epochs=3, keras=False):
@@ -139,6 +151,8 @@ def measure(ds, split="train", epochs=3, keras=False):
         `keras.utils.image_dataset_from_directory` over the source folder
         (`keras_rate`; `None` without).
     """
+    if epochs < 1:
+        raise ValueError(f"`epochs` must be at least 1. Received: epochs={epochs}")
     if ds.global_batch_size is None:
         raise ValueError("Timing epochs needs batches: `batch_size` must not be None.")
     if split not in ("train", "val", "test"):
@@ -162,7 +176,9 @@ def measure(ds, split="train", epochs=3, keras=False):
         "examples": meta["splits"][split]["num_examples"],
         "batch_size": ds.global_batch_size,
         "cores": cores(),
-        "exported": meta.get("created") != before,
+        # A datum export is read in place: nothing is ever written.
+        "exported": not ds._datum_export and meta.get("created") != before,
+        "in_place": ds._datum_export,
         "export_seconds": export_seconds,
         "cache": {
             "on": ds._cache_decoded(meta, split),
@@ -184,6 +200,8 @@ def report(result):
         f"{result['batch_size']}, {result['cores']} cores",
         f"export: {result['export_seconds']:.1f} s"
         if result["exported"]
+        else "export: none, a datum export is read in place"
+        if result.get("in_place")
         else f"export: none, the cache was up to date (checked in {result['export_seconds']:.1f} s)",
     ]
     budget = (

@@ -3,6 +3,8 @@
 import os
 
 import pytest
+from conftest import make_class_folders
+from test_datum_format import classification_export
 from test_text import write_text_folders
 
 from keras_datum import DatumDataset
@@ -103,3 +105,39 @@ def test_unlabelled_batches_are_counted_by_their_images(class_folders):
     assert ds.train().element_spec.shape.as_list() == [None, 16, 16, 3]
     result = throughput.measure(ds, "train", epochs=1)
     assert result["epochs"][0]["images"] == ds.num_examples["train"] == 24
+
+
+def test_keras_is_not_timed_where_it_would_fail(tmp_path):
+    # An invalid file: keras_datum leaves it out, Keras's epoch would stop on it.
+    root = make_class_folders(tmp_path / "src", {"a": 6, "b": 6})
+    (tmp_path / "src" / "a" / "broken.png").write_bytes(b"not a png")
+    ds = DatumDataset(root, image_size=(16, 16), batch_size=4, verbose=False)
+    with pytest.warns(UserWarning, match="1 invalid files"):
+        result = throughput.measure(ds, "train", epochs=1, keras=True)
+    assert result["keras"] == {
+        "not_applicable": "1 files of the folder are not valid images "
+        "(see `keras-datum info`), and one stops Keras's epoch"
+    }
+    assert result["epochs"][0]["images"] == ds.num_examples["train"]
+    # WebP files, which keras_datum reads and Keras does not list.
+    root = make_class_folders(tmp_path / "webp", {"a": 4, "b": 4}, ext="webp")
+    ds = DatumDataset(root, image_size=(16, 16), batch_size=4, verbose=False)
+    result = throughput.measure(ds, "train", epochs=1, keras=True)
+    assert result["keras"]["not_applicable"].startswith("Keras failed on this folder: No images found")
+    assert "not timed: Keras failed" in throughput.report(result)[4]
+
+
+def test_a_datum_export_is_read_in_place_not_exported(tmp_path):
+    export_dir, _ = classification_export(tmp_path)
+    ds = DatumDataset(export_dir, batch_size=3, verbose=False)
+    result = throughput.measure(ds, "train", epochs=1)
+    assert result["exported"] is False and result["in_place"] is True
+    assert result["epochs"][0]["images"] == 9
+    assert throughput.report(result)[1] == "export: none, a datum export is read in place"
+
+
+def test_epochs_must_be_at_least_one(class_folders):
+    ds = DatumDataset(class_folders, image_size=(16, 16), batch_size=4, verbose=False)
+    with pytest.raises(ValueError, match="Received: epochs=0"):
+        throughput.measure(ds, epochs=0)
+    assert not os.path.exists(ds.cache_dir)
