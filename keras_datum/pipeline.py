@@ -208,6 +208,10 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block)
     """The split's serialized examples in blocks (1-D string tensors): shard
     files interleaved in parallel, a block at a time, every shard's length
     checked. Empty blocks can occur."""
+    if not paths:
+        # An empty split (a validation split that rounds to no file): no
+        # blocks, but of the usual structure, so the rest builds as usual.
+        return tf.data.TFRecordDataset(tf.constant([], tf.string)).batch(block)
     indices = tf.range(len(paths), dtype=tf.int64)
     files = tf.data.Dataset.from_tensor_slices(
         (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64), indices)

@@ -283,6 +283,19 @@ def test_hidden_folders_and_files_are_not_classes(tmp_path):
     assert ds.num_examples == {"train": 6}
 
 
+@pytest.mark.parametrize("ext", ["png", "jpg"])  # Whole-block and per-example decoding.
+@pytest.mark.parametrize("cache", [True, False])
+def test_an_empty_split_reads_as_an_empty_dataset(tmp_path, ext, cache):
+    # Two files: a validation split of 0.2 rounds to none of them.
+    root = make_class_folders(tmp_path / "src", {"a": 1, "b": 1}, ext=ext)
+    ds = DatumDataset(root, image_size=(16, 16), batch_size=2, cache=cache, verbose=False)
+    assert ds.num_examples == {"train": 2, "val": 0}
+    for val in (ds.val(), ds.val(shuffle=True), ds.val(batch_size=None)):
+        assert int(val.cardinality()) == 0
+        assert list(val) == []
+    assert ds.val().element_spec == ds.train().element_spec
+
+
 def test_single_class_works(tmp_path):
     root = make_class_folders(tmp_path / "src", {"only": 5})
     ds = DatumDataset(root, validation_split=None, verbose=False)
