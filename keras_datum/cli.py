@@ -128,8 +128,6 @@ def _benchmark(args):
     from keras_datum import throughput
     from keras_datum.dataset import DatumDataset
 
-    if args.epochs < 1:  # Checked before the dataset is made (and exported).
-        raise ValueError(f"`--epochs` must be at least 1. Received: {args.epochs}")
     side = "auto" if args.max_image_side is None else args.max_image_side
     ds = DatumDataset(
         args.source,

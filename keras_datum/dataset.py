@@ -678,10 +678,16 @@ class DatumDataset:
         )
 
     def _cache_decoded(self, meta, split):
+        return self._cache_plan(meta, split)[0]
+
+    def _cache_plan(self, meta, split):
+        """`(cache, budget)`: whether `split` gets the decoded cache, and the
+        budget its decoded size was judged against (`None` unless
+        `cache="auto"`)."""
         if self._cache != "auto":
-            return self._cache
+            return self._cache, None
         budget = self._cache_budget or pipeline.default_cache_budget()
-        return pipeline.decoded_bytes(meta, split, self._read_options) <= budget
+        return pipeline.decoded_bytes(meta, split, self._read_options) <= budget, budget
 
     def train(
         self,

@@ -166,10 +166,7 @@ def measure(ds, split="train", epochs=3, keras=False):
     export_seconds = time.perf_counter() - start
     # Raises the dataset's own error for a split it does not have.
     dataset = {"train": ds.train, "val": ds.val, "test": ds.test}[split]()
-    decoded = pipeline.decoded_bytes(meta, split, ds._read_options)
-    budget = None
-    if ds._cache == "auto":
-        budget = ds._cache_budget or pipeline.default_cache_budget()
+    cached, budget = ds._cache_plan(meta, split)
     decode = decode_rate(meta, ds.cache_dir, split, ds._read_options, ds.global_batch_size)
     return {
         "split": split,
@@ -181,8 +178,8 @@ def measure(ds, split="train", epochs=3, keras=False):
         "in_place": ds._datum_export,
         "export_seconds": export_seconds,
         "cache": {
-            "on": ds._cache_decoded(meta, split),
-            "decoded_bytes": decoded,
+            "on": cached,
+            "decoded_bytes": pipeline.decoded_bytes(meta, split, ds._read_options),
             "budget_bytes": budget,
         },
         "decode": decode,

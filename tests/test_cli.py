@@ -89,4 +89,4 @@ def test_benchmark_prints_each_epoch(tmp_path, capsys):
     assert "export: none, the cache was up to date" in out
     assert "epoch 1: " in out and "epoch 2: " not in out
     assert cli.main([*args, "--epochs", "0"]) == 2
-    assert "`--epochs` must be at least 1. Received: 0" in capsys.readouterr().err
+    assert "`epochs` must be at least 1. Received: epochs=0" in capsys.readouterr().err
