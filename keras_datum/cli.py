@@ -8,6 +8,39 @@ import sys
 from keras_datum import storage
 
 
+# Number flags are checked as they are parsed, so a bad value is named by its flag
+# (argparse's "argument --image-size: ...") before any work starts.
+def _positive_int(text):
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text):
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text!r}")
+    return value
+
+
+def _int(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
+    return value
+
+
 def _export(args):
     from keras_datum.dataset import DatumDataset
 
@@ -156,17 +189,17 @@ def build_parser():
     export = commands.add_parser("export", help="export a source folder to TFRecords")
     export.add_argument("source")
     export.add_argument("--cache-dir", default=None)
-    export.add_argument("--validation-split", type=float, default=0.2)
+    export.add_argument("--validation-split", type=_fraction, default=0.2)
     export.add_argument("--seed", type=int, default=None)
     export.add_argument("--on-invalid", choices=["skip", "raise"], default="skip")
     export.add_argument("--follow-links", action="store_true")
     export.add_argument("--force", action="store_true", help="export even if cached")
     export.add_argument(
-        "--image-size", type=int, default=256,
+        "--image-size", type=_positive_int, default=256,
         help="the training image size; the default size cap is twice it",
     )
     export.add_argument(
-        "--max-image-side", type=int, default=None,
+        "--max-image-side", type=_non_negative_int, default=None,
         help="shrink longer sides to this at export (0 keeps originals)",
     )
     export.add_argument(
@@ -185,8 +218,8 @@ def build_parser():
     preview.add_argument("source")
     preview.add_argument("--path", default="preview.png")
     preview.add_argument("--split", default="train")
-    preview.add_argument("--num-images", type=int, default=16)
-    preview.add_argument("--image-size", type=int, default=128)
+    preview.add_argument("--num-images", type=_positive_int, default=16)
+    preview.add_argument("--image-size", type=_positive_int, default=128)
     preview.add_argument("--cache-dir", default=None)
     preview.set_defaults(run=_preview)
 
@@ -200,12 +233,12 @@ def build_parser():
     benchmark.add_argument("source")
     benchmark.add_argument("--cache-dir", default=None)
     benchmark.add_argument("--split", default="train", choices=["train", "val", "test"])
-    benchmark.add_argument("--image-size", type=int, default=224)
-    benchmark.add_argument("--batch-size", type=int, default=32)
-    benchmark.add_argument("--epochs", type=int, default=3)
+    benchmark.add_argument("--image-size", type=_positive_int, default=224)
+    benchmark.add_argument("--batch-size", type=_positive_int, default=32)
+    benchmark.add_argument("--epochs", type=_positive_int, default=3)
     benchmark.add_argument("--image-dtype", default=None, choices=["uint8"])
     benchmark.add_argument(
-        "--max-image-side", type=int, default=None,
+        "--max-image-side", type=_non_negative_int, default=None,
         help="the export's size cap, as for export (0 keeps originals)",
     )
     benchmark.add_argument("--no-cache", action="store_true", help="cache=False: every epoch decodes")
@@ -219,9 +252,9 @@ def build_parser():
     demo = commands.add_parser("demo", help="draw a shapes dataset, export, train")
     demo.add_argument("--data-dir", default=None)
     demo.add_argument("--cache-dir", default=None)
-    demo.add_argument("--images-per-class", type=int, default=500)
-    demo.add_argument("--image-size", type=int, default=64)
-    demo.add_argument("--epochs", type=int, default=20)
+    demo.add_argument("--images-per-class", type=_positive_int, default=500)
+    demo.add_argument("--image-size", type=_positive_int, default=64)
+    demo.add_argument("--epochs", type=_positive_int, default=20)
     demo.set_defaults(run=_demo)
     return parser
 

@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 from conftest import make_class_folders
 
 from keras_datum import cli
@@ -88,5 +90,26 @@ def test_benchmark_prints_each_epoch(tmp_path, capsys):
     assert "val: 4 examples, batches of 4" in out
     assert "export: none, the cache was up to date" in out
     assert "epoch 1: " in out and "epoch 2: " not in out
-    assert cli.main([*args, "--epochs", "0"]) == 2
-    assert "`epochs` must be at least 1. Received: epochs=0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["benchmark", "SRC", "--epochs", "0"], "argument --epochs: must be a positive integer, got '0'"),
+        (["benchmark", "SRC", "--image-size", "x"], "argument --image-size: must be an integer, got 'x'"),
+        (["export", "SRC", "--validation-split", "1.5"], "argument --validation-split: must be a number in [0, 1)"),
+        (["export", "SRC", "--max-image-side", "-1"], "argument --max-image-side: must be 0 or a positive"),
+        (["preview", "SRC", "--num-images", "-3"], "argument --num-images: must be a positive integer"),
+    ],
+)
+def test_bad_numbers_are_named_by_their_flag_before_any_work(tmp_path, capsys, argv, named):
+    source = make_class_folders(tmp_path / "src", {"a": 2})
+    argv = [source if arg == "SRC" else arg for arg in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert named in capsys.readouterr().err
+    # Nothing was exported: the flag was refused while parsing.
+    from keras_datum import cache
+
+    assert not os.path.exists(cache.default_cache_dir(source))
