@@ -137,13 +137,14 @@ last_epoch_cores = None
 
 
 def _epoch(dataset):
+    """Images per second over one pass of `dataset` (the same timing as
+    `keras-datum benchmark`); keeps its cores busy in `last_epoch_cores`."""
     global last_epoch_cores
-    count, start, cpu = 0, time.perf_counter(), time.process_time()
-    for x, _ in dataset:
-        count += int(x.shape[0])
-    wall = time.perf_counter() - start
-    last_epoch_cores = (time.process_time() - cpu) / wall
-    return count / wall
+    from keras_datum import throughput
+
+    epoch = throughput.time_epoch(dataset)
+    last_epoch_cores = epoch["cores_busy"]
+    return epoch["images_per_second"]
 
 
 def keras_rate(path, image_size):
@@ -397,9 +398,11 @@ LEVERS = """
 224` exports the folder if needed, then prints whether the decoded cache is on, how
 fast the split's stored images decode from memory on every core (no reading,
 shuffling or caching), and each epoch of `ds.train()`: images per second, the wait
-for the first batch, and the ratio to that decode rate. A first epoch near the decode
-rate is bounded by decoding (a smaller size cap, below, helps); later epochs far above
-it come from the cache. `--keras` adds one epoch of
+for the first batch, the cores busy (the process's CPU time over the epoch's), and
+the ratio to that decode rate. A first epoch near the decode rate is bounded by
+decoding (a smaller size cap, below, helps); later epochs far above it come from
+the cache. An epoch with every core busy is bounded by the CPU; one with about one
+core busy on a larger machine, by one step of the pipeline or the training loop. `--keras` adds one epoch of
 `keras.utils.image_dataset_from_directory` over the whole class folder (every
 split's files), and each epoch's ratio to it. `--no-cache`, `--max-image-side` and `--image-dtype uint8` try
 the levers below; `--json` prints the figures for a script.

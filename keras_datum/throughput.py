@@ -34,27 +34,34 @@ def cores():
         return os.cpu_count() or 1
 
 
-def _batch_size(x):
-    return int(tf.nest.flatten(x)[0].shape[0])
+def _batch_size(element):
+    # `(x, y)`, or `x` alone when there are no labels; `x` a tensor or a dict.
+    x = element[0] if isinstance(element, tuple) else element
+    return int((x if isinstance(x, tf.Tensor) else tf.nest.flatten(x)[0]).shape[0])
 
 
 def time_epoch(dataset):
     """One pass over `dataset`: `{"images", "seconds", "images_per_second",
-    "first_batch_seconds"}`; the first batch's wait counts in the epoch."""
-    start = time.perf_counter()
+    "first_batch_seconds", "cores_busy"}`; the first batch's wait counts in
+    the epoch. `cores_busy` is this process's CPU time over the epoch's wall
+    time: near the core count, the epoch was bounded by the CPU; near 1 on a
+    machine with more cores, by one thread (or the machine ran it on one core).
+    """
+    start, cpu = time.perf_counter(), time.process_time()
     first = None
     count = 0
     for element in dataset:
         if first is None:
             first = time.perf_counter() - start
-        # `(x, y)`, or `x` alone when there are no labels.
-        count += _batch_size(element[0] if isinstance(element, tuple) else element)
+        count += _batch_size(element)
     seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     return {
         "images": count,
         "seconds": seconds,
         "images_per_second": count / seconds if seconds > 0 else 0.0,
         "first_batch_seconds": first,
+        "cores_busy": cpu / seconds if seconds > 0 else 0.0,
     }
 
 
@@ -234,7 +241,8 @@ def report(result):
     for number, epoch in enumerate(result["epochs"], 1):
         line = (
             f"epoch {number}: {epoch['images_per_second']:,.0f} images/s, "
-            f"{epoch['seconds']:.2f} s, first batch after {epoch['first_batch_seconds'] or 0:.2f} s"
+            f"{epoch['seconds']:.2f} s, first batch after {epoch['first_batch_seconds'] or 0:.2f} s, "
+            f"{epoch['cores_busy']:.1f} cores busy"
         )
         ratios = [
             f"{epoch['images_per_second'] / reference['images_per_second']:.2f}x {name}"

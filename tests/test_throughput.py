@@ -141,3 +141,37 @@ def test_epochs_must_be_at_least_one(class_folders):
     with pytest.raises(ValueError, match="Received: epochs=0"):
         throughput.measure(ds, epochs=0)
     assert not os.path.exists(ds.cache_dir)
+
+
+def _batches(work):
+    """Two batches of 2 images, each made after `work()` runs in Python."""
+    import tensorflow as tf
+
+    def make(_):
+        work()
+        return tf.zeros((2, 4, 4, 3)), tf.zeros((2,))
+
+    return tf.data.Dataset.range(2).map(
+        lambda i: tf.py_function(make, [i], (tf.float32, tf.float32))
+    )
+
+
+def test_an_epoch_counts_the_cpu_time_it_took():
+    import time
+
+    def spin():  # 0.2 s of this process's CPU time per batch.
+        start = time.process_time()
+        while time.process_time() - start < 0.2:
+            pass
+
+    busy = throughput.time_epoch(_batches(spin))
+    assert busy["images"] == 4
+    assert busy["cores_busy"] * busy["seconds"] >= 0.4
+    idle = throughput.time_epoch(_batches(lambda: time.sleep(0.3)))
+    assert idle["seconds"] >= 0.6
+    assert idle["cores_busy"] * idle["seconds"] < 0.3
+    assert "cores busy" in throughput.report(
+        {"split": "train", "examples": 4, "batch_size": 2, "cores": 2, "exported": True,
+         "export_seconds": 0.1, "cache": {"on": False, "decoded_bytes": 0, "budget_bytes": None},
+         "decode": None, "epochs": [busy]}
+    )[-1]
