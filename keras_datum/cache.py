@@ -174,8 +174,22 @@ def read_metadata(cache_dir):
 
 
 def is_cache_folder(path):
-    """True when `path` is a keras_datum cache (safe to replace)."""
-    return storage.isfile(os.path.join(path, METADATA_FILE))
+    """True when `path` is a keras_datum cache (safe to replace): its
+    metadata.json is keras_datum's (a `schema_version` and `splits`), or, if
+    it is not (damaged), sits beside the features.json an export writes. A
+    user's folder that merely has a file named metadata.json is not one."""
+    metadata = os.path.join(path, METADATA_FILE)
+    if not storage.isfile(metadata):
+        return False
+    try:
+        with storage.open(metadata) as f:
+            meta = json.load(f)
+        if isinstance(meta, dict) and "schema_version" in meta and "splits" in meta:
+            return True
+    except (OSError, ValueError):
+        pass
+    # A damaged cache of ours, or someone's file.
+    return storage.isfile(os.path.join(path, "features.json"))
 
 
 @contextlib.contextmanager

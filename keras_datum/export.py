@@ -22,6 +22,7 @@ import gc
 import math
 import multiprocessing
 import os
+import re
 import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -489,8 +490,11 @@ def remove_leftovers(cache_dir):
     base = os.path.basename(cache_dir.rstrip(os.sep))
     if not storage.isdir(parent):
         return
+    # Only names this module makes (`_export_to` and `_commit`): a user's
+    # `flowers.old-2019` beside a cache named `flowers` is not ours.
+    ours = re.compile(re.escape(base) + r"\.(tmp-\d+-|old-)[0-9a-f]{8}")
     for name in storage.listdir(parent):
-        if name.startswith(base + ".tmp-") or name.startswith(base + ".old-"):
+        if ours.fullmatch(name):
             storage.rmtree(os.path.join(parent, name))
 
 

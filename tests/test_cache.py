@@ -81,6 +81,40 @@ def test_a_folder_without_metadata_is_not_trusted(class_folders, tmp_path):
         DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).export()
 
 
+def test_a_users_folder_with_a_metadata_json_is_never_replaced(class_folders, tmp_path):
+    """A file merely named metadata.json does not make a folder a cache: no
+    re-export, forced or not, renames it away and deletes it."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "metadata.json").write_text('{"author": "me"}')
+    (mine / "thesis.tex").write_text("years of work")
+    assert not cache.is_cache_folder(str(mine))
+    for reexport in ("auto", "always"):
+        with pytest.raises((ValueError, CacheError)):
+            DatumDataset(class_folders, cache_dir=mine, reexport=reexport, verbose=False).export()
+    assert sorted(os.listdir(mine)) == ["metadata.json", "thesis.tex"]
+    # A cache of ours whose metadata.json was damaged is still ours: replaced.
+    ours = tmp_path / "ours"
+    DatumDataset(class_folders, cache_dir=ours, verbose=False).export()
+    (ours / "metadata.json").write_text("{not json")
+    assert cache.is_cache_folder(str(ours))
+    DatumDataset(class_folders, cache_dir=ours, reexport="always", verbose=False).export()
+    assert cache.read_metadata(str(ours))["schema_version"] == 1
+
+
+def test_only_our_leftover_folders_are_removed(tmp_path):
+    from keras_datum import export
+
+    for name in ("flowers.old-2019", "flowers.tmp-notes", "flowers.tmp-12-0123abcd",
+                 "flowers.old-89abcdef"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "keep.txt").write_text("x")
+    export.remove_leftovers(str(tmp_path / "flowers"))
+    # A died export's temporary folder and a commit's old cache go; a
+    # user's folders that share the prefix stay.
+    assert sorted(os.listdir(tmp_path)) == ["flowers.old-2019", "flowers.tmp-notes"]
+
+
 def test_lock_timeout_names_the_holder(tmp_path):
     cache_dir = str(tmp_path / "cache")
     holder = subprocess.Popen(
