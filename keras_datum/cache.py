@@ -188,8 +188,10 @@ def is_cache_folder(path):
             return True
     except (OSError, ValueError):
         pass
-    # A damaged cache of ours, or someone's file.
-    return storage.isfile(os.path.join(path, "features.json"))
+    # A damaged cache of ours, or someone's file. (tfds_metadata imports this module.)
+    from keras_datum import tfds_metadata
+
+    return storage.isfile(os.path.join(path, tfds_metadata.FEATURES_FILE))
 
 
 @contextlib.contextmanager
