@@ -45,7 +45,9 @@ def default_cache_dir(source):
 
 
 def fingerprint(layout, root, sizes=None):
-    """Hashes the relative path, size and mtime of every file the export reads.
+    """Hashes the relative path, size and mtime of every file the export reads,
+    and the layout's facts (`layout.info`: the class names among them, so an
+    empty class folder added or removed, which Keras counts, exports again).
 
     Args:
         sizes: a dict that, when given, receives each file's size (0 when it
@@ -57,7 +59,7 @@ def fingerprint(layout, root, sizes=None):
     """
     paths = [r.path for records in layout.splits.values() for r in records]
     paths += list(layout.extra_files)
-    hasher = hashlib.sha256()
+    hasher = hashlib.sha256(json.dumps(layout.info, sort_keys=True, default=str).encode())
     total = 0
     for path in sorted(set(paths)):
         try:

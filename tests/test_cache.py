@@ -115,6 +115,16 @@ def test_only_our_leftover_folders_are_removed(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["flowers.old-2019", "flowers.tmp-notes"]
 
 
+def test_an_empty_class_folder_added_exports_again(class_folders):
+    first = DatumDataset(class_folders, verbose=False)
+    names = first.class_names
+    os.makedirs(os.path.join(class_folders, "zz_empty"))
+    # Keras counts an empty class folder; a cache made before it must not be trusted.
+    again = DatumDataset(class_folders, verbose=False)
+    assert again.class_names == [*names, "zz_empty"]
+    assert again.info["created"] != first.info["created"]
+
+
 def test_lock_timeout_names_the_holder(tmp_path):
     cache_dir = str(tmp_path / "cache")
     holder = subprocess.Popen(
