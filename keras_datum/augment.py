@@ -140,6 +140,6 @@ def label_mode_for(augmentations, label_mode, label_spec):
         "Compile the model with a categorical loss (for example "
         "'categorical_crossentropy'), or pass label_mode='categorical' to "
         "silence this warning.",
-        stacklevel=4,
+        stacklevel=5,
     )
     return "categorical"

@@ -36,12 +36,41 @@ def keras_home():
     return os.path.join(os.path.expanduser("~"), ".keras")
 
 
-def default_cache_dir(source):
-    """`<keras home>/datum/<folder name>-<short hash of the absolute path>`."""
+def default_cache_dir(source, variant=None):
+    """`<keras home>/datum/<folder name>-<short hash of the absolute path>`.
+
+    Args:
+        variant: the export options that differ from their defaults and
+            change what the export holds (the validation carve's
+            `validation_split` and `seed`, `problem`, `follow_links`), as a
+            dict. When given, a short hash of them ends the name, so that
+            datasets of one folder with different carves each get their own
+            cache instead of exporting over each other's shards.
+    """
     source = storage.abspath(source)
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:10]
+    digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:10]
     name = os.path.basename(source.rstrip(os.sep)) or "root"
+    if variant:
+        options = json.dumps(variant, sort_keys=True, default=str)
+        name += "-" + hashlib.sha256(options.encode()).hexdigest()[:6]
     return os.path.join(keras_home(), "datum", f"{name}-{digest}")
+
+
+def caches_of(source):
+    """The cache folders under the default location that `source` exported
+    to, one per carve (see `default_cache_dir`), the default carve's first."""
+    default = default_cache_dir(source)
+    parent, base = os.path.split(default)
+    name, digest = base.rsplit("-", 1)
+    found = [default] if is_cache_folder(default) else []
+    if storage.isdir(parent):
+        pattern = re.compile(re.escape(name) + r"-[0-9a-f]{6}-" + re.escape(digest))
+        found += [
+            os.path.join(parent, entry)
+            for entry in sorted(storage.listdir(parent))
+            if pattern.fullmatch(entry) and is_cache_folder(os.path.join(parent, entry))
+        ]
+    return found
 
 
 def fingerprint(layout, root, sizes=None):
@@ -70,7 +99,7 @@ def fingerprint(layout, root, sizes=None):
         if sizes is not None:
             sizes[path] = max(size, 0)
         rel = sources.relative_path(path, root)
-        hasher.update(f"{rel}\t{size}\t{mtime}\n".encode())
+        hasher.update(f"{rel}\t{size}\t{mtime}\n".encode("utf-8", "surrogateescape"))
     return {"digest": hasher.hexdigest(), "num_files": len(paths), "num_bytes": total}
 
 

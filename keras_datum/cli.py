@@ -99,15 +99,26 @@ def _info(args):
         print(f"datum export, read in place: {path}")
         _print_info(datum_format.read_metadata(path), path)
         return
-    cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
-    meta = cache.read_metadata(cache_dir)
-    if meta is None:
+    for cache_dir in _caches(path, args.path):
+        print(f"Cache: {cache_dir}")
+        _print_info(cache.read_metadata(cache_dir), cache_dir)
+
+
+def _caches(path, given):
+    """`path` when it is a cache, else the caches its source exported to
+    (one per validation carve)."""
+    from keras_datum import cache
+
+    if cache.is_cache_folder(path):
+        return [path]
+    found = cache.caches_of(path)
+    if not found:
         raise ValueError(
-            f"No keras_datum cache found for {args.path!r} (looked in "
-            f"{cache_dir!r}). Run `keras-datum export {args.path}` first."
+            f"No keras_datum cache found for {given!r} (looked in "
+            f"{cache.default_cache_dir(path)!r} and its siblings for other "
+            f"carves). Run `keras-datum export {given}` first."
         )
-    print(f"Cache: {cache_dir}")
-    _print_info(meta, cache_dir)
+    return found
 
 
 def _demo(args):
@@ -130,18 +141,20 @@ def _verify(args):
     path = storage.abspath(args.path)
     if not storage.exists(path):
         raise FileNotFoundError(f"Path not found: {args.path!r}")
-    cache_dir = path if cache.is_cache_folder(path) else cache.default_cache_dir(path)
-    problems = verify_cache(cache_dir)
-    for problem in problems:
-        print(f"DAMAGED: {problem}")
-    if problems:
-        print(f"{len(problems)} problems in {cache_dir}; export again with `keras-datum export --force`.")
-        return 1
-    meta = cache.read_metadata(cache_dir)
-    shards = sum(len(s["shards"]) for s in meta["splits"].values())
-    examples = sum(s["num_examples"] for s in meta["splits"].values())
-    print(f"OK: {cache_dir}: {shards} shards, {examples} examples, every record intact.")
-    return 0
+    status = 0
+    for cache_dir in _caches(path, args.path):
+        problems = verify_cache(cache_dir)
+        for problem in problems:
+            print(f"DAMAGED: {problem}")
+        if problems:
+            print(f"{len(problems)} problems in {cache_dir}; export again with `keras-datum export --force`.")
+            status = 1
+            continue
+        meta = cache.read_metadata(cache_dir)
+        shards = sum(len(s["shards"]) for s in meta["splits"].values())
+        examples = sum(s["num_examples"] for s in meta["splits"].values())
+        print(f"OK: {cache_dir}: {shards} shards, {examples} examples, every record intact.")
+    return status
 
 
 def _preview(args):
@@ -190,7 +203,7 @@ def build_parser():
     export.add_argument("source")
     export.add_argument("--cache-dir", default=None)
     export.add_argument("--validation-split", type=_fraction, default=0.2)
-    export.add_argument("--seed", type=int, default=None)
+    export.add_argument("--seed", type=_non_negative_int, default=None)
     export.add_argument("--on-invalid", choices=["skip", "raise"], default="skip")
     export.add_argument("--follow-links", action="store_true")
     export.add_argument("--force", action="store_true", help="export even if cached")
@@ -268,7 +281,7 @@ def main(argv=None):
     args.beam_args = unknown
     try:
         return args.run(args) or 0
-    except (ValueError, FileNotFoundError, TimeoutError) as e:
+    except (ValueError, OSError) as e:  # OSError: FileNotFoundError, TimeoutError too.
         print(f"keras-datum {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -86,6 +86,44 @@ def _check_positive_or_none(name, value):
         )
 
 
+# The export options that change what an export holds, at their defaults: a
+# dataset that changes one gets its own default cache folder.
+_CARVE_DEFAULTS = {
+    "validation_split": 0.2,
+    "seed": DEFAULT_SEED,
+    "problem": None,
+    "follow_links": False,
+}
+
+
+def _check_cache_outside_source(cache_dir, source):
+    # A cache inside the source would be read as data (a class folder named
+    # after it) by the next export, and one holding the source would be
+    # replaced, source and all, by the next export.
+    if storage.is_url(cache_dir) != storage.is_url(source):
+        return
+    if not storage.is_url(cache_dir):
+        cache_dir, source = os.path.realpath(cache_dir), os.path.realpath(source)
+    inside = (cache_dir + "/").startswith(source.rstrip("/") + "/")
+    holds = (source + "/").startswith(cache_dir.rstrip("/") + "/")
+    if inside or holds:
+        raise ValueError(
+            f"`cache_dir` {cache_dir!r} must be outside the source folder "
+            f"{source!r}, and must not contain it: the export replaces the "
+            "cache folder, and reads everything in the source."
+        )
+
+
+def _check_seed(seed):
+    # numpy's generators (the carve) take no negative seed, and tf.data's
+    # shuffle takes an int64.
+    if seed is not None and not (_is_int(seed) and 0 <= seed < 2**63):
+        raise ValueError(
+            "`seed` must be a non-negative integer below 2**63, or None. "
+            f"Received: seed={seed!r}"
+        )
+
+
 def _options_satisfied(cached, wanted):
     """Whether an export made with `cached` options serves `wanted`.
 
@@ -295,8 +333,7 @@ class DatumDataset:
                 "`validation_split` must be a float in [0, 1) or None. "
                 f"Received: validation_split={validation_split!r}"
             )
-        if seed is not None and not _is_int(seed):
-            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+        _check_seed(seed)
         _check_positive_or_none("shuffle_buffer_size", shuffle_buffer_size)
         _choice("bounding_box_format", bounding_box_format, detection.BOUNDING_BOX_FORMATS)
         _check_positive_or_none("max_boxes", max_boxes)
@@ -330,15 +367,33 @@ class DatumDataset:
             raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
 
         self.source = storage.abspath(source)
-        self.cache_dir = storage.abspath(
-            os.fspath(cache_dir) if cache_dir else cache_lib.default_cache_dir(source)
-        )
+        self._export_options = {
+            "validation_split": float(validation_split or 0.0),
+            "seed": DEFAULT_SEED if seed is None else seed,
+            "follow_links": bool(follow_links),
+            "problem": problem,
+            "max_image_side": max_image_side,
+            # One shard file per training worker at least, so that each
+            # reads its own (see `_split`).
+            "min_shards": 1 if strategy == "auto" else distribute.num_workers(strategy),
+        }
+        if cache_dir:
+            self.cache_dir = storage.abspath(os.fspath(cache_dir))
+        else:
+            variant = {
+                key: value
+                for key, value in self._export_options.items()
+                if key in _CARVE_DEFAULTS and value != _CARVE_DEFAULTS[key]
+            }
+            self.cache_dir = cache_lib.default_cache_dir(self.source, variant)
         # A datum export is read in place, like a cache: nothing is exported
         # and nothing is written (see `from_tfrecords`).
         self._datum_export = datum_format.is_export(self.source)
         self._datum_class_names = None
         if self._datum_export:
             self.cache_dir = self.source
+        else:
+            _check_cache_outside_source(self.cache_dir, self.source)
         self._read_options = {
             "image_size": self._image_size,
             "label_mode": label_mode,
@@ -354,16 +409,6 @@ class DatumDataset:
             # Checked by the problem with the others, before any export.
             "image_dtype": image_dtype,
         }
-        self._export_options = {
-            "validation_split": float(validation_split or 0.0),
-            "seed": DEFAULT_SEED if seed is None else seed,
-            "follow_links": bool(follow_links),
-            "problem": problem,
-            "max_image_side": max_image_side,
-            # One shard file per training worker at least, so that each
-            # reads its own (see `_split`).
-            "min_shards": 1 if strategy == "auto" else distribute.num_workers(strategy),
-        }
         self._seed = seed
         self._shuffle = shuffle
         self._shuffle_buffer_size = shuffle_buffer_size
@@ -371,6 +416,8 @@ class DatumDataset:
         self._reexport = reexport
         self._verbose = verbose
         self._meta = None
+        # The splits built so far with the dataset's label mode.
+        self._built_splits = set()
         self._cache = cache
         self._cache_budget = cache_budget
         self._strategy_arg = strategy
@@ -566,6 +613,27 @@ class DatumDataset:
         self._meta = meta
         return meta
 
+    def _check_cache_unchanged(self, meta):
+        """Refuses to read shards that an export made after this dataset read
+        its metadata: another dataset or process with other options (or a
+        changed source) exported over them, so the split this dataset knows
+        (its counts, its carve) is no longer the one on disk."""
+        if self._datum_export:
+            return
+        try:
+            on_disk = cache_lib.read_metadata(self.cache_dir)
+        except cache_lib.CacheError:
+            on_disk = None
+        if on_disk is None or on_disk.get("created") != meta.get("created"):
+            raise RuntimeError(
+                f"The cache {self.cache_dir!r} was exported again (or removed) "
+                "after this dataset read it, by another DatumDataset or process "
+                "sharing that `cache_dir` with other options or a changed "
+                "source. The splits this dataset knows may no longer match its "
+                "shards. Create the DatumDataset again, or give each dataset "
+                "its own `cache_dir`."
+            )
+
     # --- What the export holds ---------------------------------------------
 
     @property
@@ -619,8 +687,11 @@ class DatumDataset:
         pre_batching_callback=None,
         post_batching_callback=None,
         data_service=None,
+        preview=False,
     ):
+        _check_seed(seed)
         meta = self._ensure_exported()
+        self._check_cache_unchanged(meta)
         if split not in meta["splits"]:
             raise ValueError(
                 f"This dataset has no {split!r} split. Its splits are "
@@ -636,10 +707,7 @@ class DatumDataset:
             for augmentation in augmentations:
                 if augmentation is not None:
                     problem.check_augmentation(augmentation)
-        # A label-mixing layer switches the whole dataset (val too) to one-hot.
-        self._read_options["label_mode"] = augment_lib.label_mode_for(
-            augmentations, self._read_options["label_mode"], meta["label_spec"]
-        )
+        read_options = self._read_options_for(split, augmentations, meta, preview)
         strategy = self.strategy
         if batch_size is not None:
             batch_size *= strategy.num_replicas_in_sync
@@ -649,7 +717,7 @@ class DatumDataset:
             meta,
             self.cache_dir,
             split,
-            self._read_options,
+            read_options,
             shuffle=shuffle,
             repeat=repeat,
             seed=self._seed if seed is None else seed,
@@ -676,6 +744,37 @@ class DatumDataset:
             batch_size=batch_size,
             shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
         )
+
+    def _read_options_for(self, split, augmentations, meta, preview):
+        """The read options for one split's pipeline.
+
+        A layer that mixes labels (MixUp, CutMix) switches integer labels to
+        one-hot for the whole dataset, so that `val()` matches `train()`
+        under one loss. A preview's switch is its own, and a split already
+        built with integer labels makes the switch an error instead of a
+        silent mismatch.
+        """
+        label_mode = augment_lib.label_mode_for(
+            augmentations, self._read_options["label_mode"], meta["label_spec"]
+        )
+        if label_mode == self._read_options["label_mode"]:
+            if not preview:
+                self._built_splits.add(split)
+            return self._read_options
+        if preview:
+            return dict(self._read_options, label_mode=label_mode)
+        if self._built_splits:
+            built = ", ".join(f"{name}()" for name in sorted(self._built_splits))
+            raise ValueError(
+                "A label-mixing augmentation (MixUp, CutMix) needs one-hot "
+                f"labels, but {built} of this dataset was already built with "
+                "integer labels, which would not match. Pass "
+                "label_mode='categorical' to DatumDataset, or build train() "
+                "with the mixing layer first."
+            )
+        self._read_options["label_mode"] = label_mode
+        self._built_splits.add(split)
+        return self._read_options
 
     def _cache_decoded(self, meta, split):
         return self._cache_plan(meta, split)[0]
@@ -800,6 +899,7 @@ class DatumDataset:
             seed,
             augment,
             batch_augment,
+            preview=True,
         )
         if batch is not None:
             dataset = dataset.unbatch()

@@ -259,7 +259,7 @@ def fingerprint(folder, splits):
     for name in files:
         size, mtime = storage.stat(os.path.join(folder, name))
         total += size
-        hasher.update(f"{name}\t{size}\t{mtime}\n".encode())
+        hasher.update(f"{name}\t{size}\t{mtime}\n".encode("utf-8", "surrogateescape"))
     return {"digest": hasher.hexdigest(), "num_files": len(files), "num_bytes": total}
 
 

@@ -107,9 +107,13 @@ def _to_storable(image):
     if image.mode in _PNG_MODES:
         return image
     if image.mode.startswith("I;16") or image.mode in ("I", "F"):
-        # 16- and 32-bit grayscale: scale to 8 bits, as TF does for 16-bit PNGs.
+        # 16- and 32-bit grayscale to 8 bits by one fixed scale, the same
+        # for every image (never each image's own maximum, which would store
+        # one source value differently in each): integers as 16-bit values
+        # (0..65535), as TF decodes 16-bit PNGs; floats as [0, 1], as
+        # `tf.image.convert_image_dtype` reads them. Beyond: clipped.
         array = np.asarray(image, dtype=np.float64)
-        peak = 65535.0 if image.mode.startswith("I;16") else max(array.max(), 1)
+        peak = 1.0 if image.mode == "F" else 65535.0
         array = np.clip(array * (255.0 / peak), 0, 255).round()
         return Image.fromarray(array.astype(np.uint8), mode="L")
     if "A" in image.mode:

@@ -160,7 +160,7 @@ def encode_example(problem_name, options, encoder, record):
         features, stats = problem.encode(record, options)
     except encode.InvalidExampleError as e:
         return e, None
-    features["source/filename"] = record.relpath.encode("utf-8")
+    features["source/filename"] = record.relpath.encode("utf-8", "surrogateescape")
     return encoder(features), stats
 
 

@@ -322,7 +322,14 @@ def decoded_bytes(meta, split, options):
         return info.get("characters", 0) + 64 * info["num_examples"]
     height, width = options["image_size"]
     channels = images.CHANNELS[options["color_mode"]] + ("mask" in meta["features"])
-    return info["num_examples"] * (height * width * channels + 64)
+    # One-hot and multi-hot labels are float32 vectors, one per example:
+    # with many classes they outweigh small images.
+    spec = meta.get("label_spec") or {}
+    hot = spec.get("type") == "multi_label" or (
+        spec.get("type") == "class" and options.get("label_mode") == "categorical"
+    )
+    labels = 4 * spec["num_classes"] if hot else 0
+    return info["num_examples"] * (height * width * channels + labels + 64)
 
 
 def _examples(
@@ -347,13 +354,18 @@ def _examples(
     if shard_by_example is not None:
         dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
 
-    def decoded(dataset, then=_unchanged):
-        """Serialized examples -> decoded dicts, with `then` applied (fused)."""
+    def decoded(dataset, then=_unchanged, finite=True):
+        """Serialized examples -> decoded dicts, with `then` applied (fused).
+
+        Whole-batch decoding unbatches, which forgets the count: it is
+        asserted again when this reader sees the whole split, once."""
         if batch_decoder is not None:
             dataset = batch_decoder(
                 dataset if from_blocks else dataset.batch(DECODE_BATCH), deterministic, then
             ).unbatch()
-            return _with_count(dataset, num_examples) if from_blocks and whole else dataset
+            if whole and shard_by_example is None and finite:
+                dataset = _with_count(dataset, num_examples)
+            return dataset
         return dataset.map(
             lambda s: then(decode_example(s, meta, options)),
             num_parallel_calls=AUTOTUNE,
@@ -371,7 +383,7 @@ def _examples(
     if repeat:
         dataset = dataset.repeat()
     if not cache:
-        dataset = decoded(dataset)
+        dataset = decoded(dataset, finite=not repeat)
     return dataset
 
 

@@ -66,12 +66,19 @@ class ExampleRecord:
     annotation: object = None
 
 
+# What macOS's zip adds beside the data (AppleDouble `._` files): never a
+# class, though Keras would count it as one.
+ARCHIVE_JUNK = ("__MACOSX",)
+
+
 def visible_subdirs(directory):
-    """Sorted non-hidden subfolders, as Keras lists class folders."""
+    """Sorted non-hidden subfolders, as Keras lists class folders (less
+    `__MACOSX`, a macOS zip's leftovers)."""
     return [
         name
         for name in sorted(storage.listdir(directory))
         if not name.startswith(".")
+        and name not in ARCHIVE_JUNK
         and storage.isdir(os.path.join(directory, name))
     ]
 
@@ -101,6 +108,24 @@ def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
                 yield os.path.join(root, name)
 
 
+def read_text(path, encoding="utf-8"):
+    """A text file's whole text.
+
+    Raises:
+        ValueError: the file is not in `encoding` (say, Latin-1 from an old
+            tool); names the file and the first bad byte.
+    """
+    with storage.open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {data[e.start]:#04x} at offset "
+            f"{e.start}). Save it as UTF-8."
+        ) from None
+
+
 def read_json_object(path, expected):
     """Loads a JSON file that must hold an object.
 
@@ -127,8 +152,8 @@ def read_class_names(root):
     for name in CLASS_NAME_FILES:
         path = os.path.join(root, name)
         if storage.isfile(path):
-            with storage.open(path, encoding="utf-8") as f:
-                names = [line.strip() for line in f if line.strip()]
+            lines = read_text(path).splitlines()
+            names = [line.strip() for line in lines if line.strip()]
             if len(set(names)) != len(names):
                 raise ValueError(f"{path!r} lists a class name twice.")
             return names, path

@@ -101,6 +101,24 @@ def test_label_mixing_layers_switch_to_one_hot_and_train(ds, make_layer):
     model.fit(train, validation_data=ds.val(), epochs=1, verbose=0)
 
 
+def test_a_mixing_layer_after_integer_splits_were_built_is_refused(ds):
+    val = ds.val()
+    assert val.element_spec[1] == tf.TensorSpec((None,), tf.int32)
+    # val() already gives integer labels: switching now would leave it unmatched.
+    with pytest.warns(UserWarning, match="mixes labels"), pytest.raises(
+        ValueError, match=r"val\(\) of this dataset was already built with integer labels"
+    ):
+        ds.train(batch_augment=keras.layers.MixUp())
+    assert ds.train().element_spec[1] == tf.TensorSpec((None,), tf.int32)
+
+
+def test_a_preview_with_a_mixing_layer_leaves_the_label_mode_alone(ds):
+    with pytest.warns(UserWarning, match="mixes labels"):
+        ds.preview(batch_augment=keras.layers.MixUp(), num_images=4, seed=1)
+    assert ds.train().element_spec[1] == tf.TensorSpec((None,), tf.int32)
+    assert ds.val().element_spec[1] == tf.TensorSpec((None,), tf.int32)
+
+
 def test_datum_callback_aliases(ds):
     def flip(inputs):
         return dict(inputs, images=tf.reverse(inputs["images"], axis=[-2]))

@@ -166,3 +166,58 @@ def test_a_bad_feature_spec_in_metadata_is_a_cache_error(class_folders):
         json.dump(meta, f)
     with pytest.raises(CacheError, match="feature 'label' needs a dtype"):
         cache.read_metadata(ds.cache_dir)
+
+
+def test_datasets_with_other_carves_get_their_own_caches(class_folders):
+    default = DatumDataset(class_folders, verbose=False)
+    # The default carve keeps the cache folder it always had.
+    assert default.cache_dir == cache.default_cache_dir(class_folders)
+    other_seed = DatumDataset(class_folders, seed=7, verbose=False)
+    other_split = DatumDataset(class_folders, validation_split=0.5, verbose=False)
+    dirs = {default.cache_dir, other_seed.cache_dir, other_split.cache_dir}
+    assert len(dirs) == 3
+    val_before = _val_files(default)
+    other_seed.export()
+    other_split.export()
+    # Neither export touched the first dataset's cache: its val() is the same.
+    assert _val_files(default) == val_before
+    assert len(_val_files(other_split)) == 15
+    assert sorted(cache.caches_of(class_folders)) == sorted(dirs)
+
+
+def _val_files(ds):
+    import tensorflow as tf
+
+    names = []
+    for shard in ds.info["splits"]["val"]["shards"]:
+        for record in tf.data.TFRecordDataset(os.path.join(ds.cache_dir, shard["file"])):
+            example = tf.train.Example.FromString(record.numpy())
+            names.append(example.features.feature["source/filename"].bytes_list.value[0])
+    ds.val()  # Still builds: its cache was not exported over.
+    return sorted(names)
+
+
+def test_a_dataset_refuses_a_cache_exported_over_it(class_folders, tmp_path):
+    shared = tmp_path / "shared"
+    first = DatumDataset(class_folders, cache_dir=shared, seed=1, verbose=False)
+    first.train()
+    # Another carve into the same cache_dir exports over the first's shards.
+    DatumDataset(class_folders, cache_dir=shared, seed=2, verbose=False).train()
+    for build in (first.train, first.val):
+        with pytest.raises(RuntimeError, match=r"was exported again .* Create the DatumDataset again"):
+            build()
+    # Made again, it reads the cache as it now is.
+    assert len(list(DatumDataset(class_folders, cache_dir=shared, seed=2, verbose=False).val())) > 0
+
+
+@pytest.mark.parametrize("where", ["inside", "same", "around"])
+def test_a_cache_dir_inside_or_around_the_source_is_refused(class_folders, where):
+    cache_dir = {
+        "inside": os.path.join(class_folders, "cache"),
+        "same": class_folders,
+        "around": os.path.dirname(class_folders),
+    }[where]
+    before = sorted(os.listdir(class_folders))
+    with pytest.raises(ValueError, match="`cache_dir` .* must be outside the source folder"):
+        DatumDataset(class_folders, cache_dir=cache_dir, verbose=False)
+    assert sorted(os.listdir(class_folders)) == before

@@ -169,3 +169,59 @@ def test_listing_runs_with_the_cyclic_collector_paused_and_restores_it(tmp_path,
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_csv_listing_an_image_twice_is_refused(tmp_path):
+    # Listed twice, an image could land in train and in val.
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", 1)]})
+    with open(os.path.join(root, "train.csv"), "a") as f:
+        f.write("a,1\n")
+    with pytest.raises(ValueError, match=r"train.csv:4: 'a' is listed again \(first at .*train.csv:2\)"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_csv_that_is_not_utf8_is_named(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", 1)]})
+    with open(os.path.join(root, "train.csv"), "ab") as f:
+        f.write("café,1\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"train.csv: not UTF-8 text \(byte 0xe9 at offset \d+\)"):
+        DatumDataset(root, verbose=False).export()
+
+
+def _split_folders(root, splits=("train", "val"), classes=("cat", "dog")):
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for name in classes:
+            os.makedirs(os.path.join(root, split, name))
+            for i in range(3):
+                random_image(rng).save(os.path.join(root, split, name, f"{i}.png"))
+    return str(root)
+
+
+def test_a_macos_zips_leftovers_are_not_a_class_or_a_split(tmp_path):
+    root = _split_folders(tmp_path / "src")
+    # What macOS's zip adds: AppleDouble files under __MACOSX/.
+    junk = os.path.join(root, "__MACOSX", "train", "cat")
+    os.makedirs(junk)
+    with open(os.path.join(junk, "._0.png"), "wb") as f:
+        f.write(b"\x00\x05\x16\x07")
+    ds = DatumDataset(root, image_size=(16, 16), verbose=False)
+    assert ds.info["layout"] == "split_folders"
+    assert ds.class_names == ["cat", "dog"]
+    assert {s: i["num_examples"] for s, i in ds.info["splits"].items()} == {"train": 6, "val": 6}
+
+
+def test_split_folders_beside_another_folder_are_refused(tmp_path):
+    root = _split_folders(tmp_path / "src")
+    os.makedirs(os.path.join(root, "extras", "cat"))
+    # Read as class folders, the classes would be 'extras', 'train', 'val'.
+    with pytest.raises(ValueError, match=r"looks like split folders .* also has \['extras'\]"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_classes_named_like_splits_are_still_classes(tmp_path):
+    # Pascal VOC's classes include 'train': class folders that hold images.
+    root = _split_folders(tmp_path / "src", splits=("",), classes=("bus", "test", "train"))
+    ds = DatumDataset(root, image_size=(16, 16), verbose=False)
+    assert ds.info["layout"] == "class_folders"
+    assert ds.class_names == ["bus", "test", "train"]

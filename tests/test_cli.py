@@ -39,6 +39,24 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
     os.makedirs(tmp_path / "empty")
     assert cli.main(["info", str(tmp_path / "empty")]) == 2
     assert "No keras_datum cache found" in capsys.readouterr().err
+    # An OSError (here: a cache folder under a regular file) is reported too.
+    root = make_class_folders(tmp_path / "src", {"a": 2})
+    (tmp_path / "a_file").write_text("x")
+    assert cli.main(["export", root, "--cache-dir", str(tmp_path / "a_file" / "cache")]) == 2
+    assert "keras-datum export: error: " in capsys.readouterr().err
+
+
+def test_info_and_verify_on_a_source_cover_each_carve(tmp_path, capsys):
+    root = make_class_folders(tmp_path / "src", {"a": 4, "b": 4})
+    assert cli.main(["export", root]) == 0
+    assert cli.main(["export", root, "--validation-split", "0.5"]) == 0
+    capsys.readouterr()
+    assert cli.main(["info", root]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Cache: ") == 2
+    assert "val: 2 examples" in out and "val: 4 examples" in out
+    assert cli.main(["verify", root]) == 0
+    assert capsys.readouterr().out.count("OK: ") == 2
 
 
 def test_demo_shrunk(tmp_path, capsys):
@@ -100,6 +118,7 @@ def test_benchmark_prints_each_epoch(tmp_path, capsys):
         (["export", "SRC", "--validation-split", "1.5"], "argument --validation-split: must be a number in [0, 1)"),
         (["export", "SRC", "--max-image-side", "-1"], "argument --max-image-side: must be 0 or a positive"),
         (["preview", "SRC", "--num-images", "-3"], "argument --num-images: must be a positive integer"),
+        (["export", "SRC", "--seed", "-1"], "argument --seed: must be 0 or a positive integer, got '-1'"),
     ],
 )
 def test_bad_numbers_are_named_by_their_flag_before_any_work(tmp_path, capsys, argv, named):

@@ -1,5 +1,6 @@
 """Detection: VOC, COCO and YOLO round trips, box formats, box-aware augmentation."""
 
+import json
 import os
 
 import keras
@@ -162,6 +163,15 @@ def test_yolo_with_classes_txt_and_val_split(tmp_path):
     assert ds.num_examples == {"train": 4, "val": 2}
 
 
+def _add_coco_category(root, category):
+    path = os.path.join(root, "annotations", "instances_train.json")
+    with open(path) as f:
+        data = json.load(f)
+    data["categories"].append(category)
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
 @pytest.mark.parametrize(
     "kind, corrupt, match",
     [
@@ -184,6 +194,13 @@ def test_yolo_with_classes_txt_and_val_split(tmp_path):
          r"img001.txt:1: expected 'class cx cy w h'"),
         ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "w").write("0 .5 .5 .1 .1\n9 .5 .5 .1 .1\n"),
          r"img001.txt:2: class 9 is outside 0..1"),
+        # Latin-1 text from an old tool: named, not a bare UnicodeDecodeError.
+        ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "wb").write(b"0 .5 .5 .1 .1 # caf\xe9\n"),
+         r"img001.txt: not UTF-8 text \(byte 0xe9 at offset 19\)"),
+        ("voc", lambda r: open(os.path.join(r, "labels.txt"), "ab").write(b"caf\xe9\n"),
+         r"labels.txt: not UTF-8 text \(byte 0xe9"),
+        ("coco", lambda r: _add_coco_category(r, {"id": "7", "name": "string id"}),
+         r"instances_train.json.*category ids mix integers and strings"),
     ],
 )
 def test_malformed_annotations_name_the_file(tmp_path, kind, corrupt, match):

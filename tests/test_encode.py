@@ -399,3 +399,21 @@ def test_a_png_with_a_damaged_text_chunk_stays_valid_as_in_tensorflow(tmp_path):
     encoded = encode_image(str(path))
     assert encoded.data == bad
     np.testing.assert_array_equal(np.frombuffer(encoded.pixels, np.uint8).reshape(pixels.shape), pixels)
+
+
+@pytest.mark.parametrize(
+    "dtype, value, stored",
+    [(np.int32, 25700, 100), (np.float32, 0.5, 128)],  # 16-bit range; [0, 1] floats.
+)
+def test_32_bit_images_share_one_scale(tmp_path, dtype, value, stored):
+    # The same source value is stored the same in every image, whatever
+    # each image's own maximum (a TIFF with one bright pixel, one without).
+    seen = []
+    for peak in (value, value * 2):
+        array = np.full((6, 8), value, dtype)
+        array[0, 0] = peak
+        path = tmp_path / f"{peak}.tif"
+        Image.fromarray(array).save(path)
+        assert Image.open(path).mode == ("F" if dtype == np.float32 else "I")
+        seen.append(int(_decode(encode_image(str(path)), channels=1)[3, 3, 0]))
+    assert seen == [stored, stored]

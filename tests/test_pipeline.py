@@ -2,6 +2,7 @@
 and uint8 output gives what the float32 output gives, rounded."""
 
 import numpy as np
+import tensorflow as tf
 import pytest
 from conftest import make_class_folders
 from PIL import Image
@@ -294,3 +295,26 @@ def test_uint8_images_after_augmentation_are_clipped(tmp_path, cache):
     x, _ = _batches(DatumDataset(root, image_dtype="uint8", **kwargs), augment=brighter, batch_augment=brighter)
     assert x.dtype == np.uint8
     np.testing.assert_array_equal(x, np.round(np.clip(x_float, 0, 255)).astype(np.uint8))
+
+
+@pytest.mark.parametrize("ext", ["png", "jpg"])
+@pytest.mark.parametrize("cache", [True, False])
+def test_every_variant_of_a_split_knows_its_length(tmp_path, ext, cache):
+    # Keras shows epoch progress from it, and `len()` needs it.
+    root = make_class_folders(tmp_path / "src", {"a": 9, "b": 8}, size=(8, 8), ext=ext)
+    ds = DatumDataset(root, image_size=(8, 8), batch_size=4, cache=cache, validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    assert len(ds.train()) == 5
+    assert len(ds.train(augment=lambda e: e)) == 5
+    assert len(ds.train(batch_size=None)) == 17
+    assert len(ds.train(batch_size=None, shuffle=False)) == 17
+    assert ds.train(repeat=True, augment=lambda e: e).cardinality() == tf.data.INFINITE_CARDINALITY
+    assert sum(1 for _ in ds.train(augment=lambda e: e)) == 5
+
+
+def test_a_bad_per_call_seed_is_refused(class_folders):
+    ds = DatumDataset(class_folders, verbose=False)
+    with pytest.raises(ValueError, match=r"`seed` must be a non-negative integer .* Received: seed=-1"):
+        ds.train(seed=-1)
+    with pytest.raises(ValueError, match=r"Received: seed='3'"):
+        ds.val(seed="3")

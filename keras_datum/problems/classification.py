@@ -26,6 +26,7 @@ Source layouts, tried in this order:
 """
 
 import csv
+import io
 import os
 import re
 
@@ -68,6 +69,7 @@ def find_folder_layout(
     else:
         if not storage.listdir(root):
             raise ValueError(f"The source folder {root!r} is empty.")
+        _refuse_split_folders_with_others(root, subdirs)
         name, class_root, folders = "class_folders", root, {"train": root}
     class_names = sources.visible_subdirs(class_root)
     if not class_names:
@@ -93,6 +95,28 @@ def find_folder_layout(
     return Layout(
         name=name, problem=problem, splits=splits, info=class_info(class_names)
     )
+
+
+def _refuse_split_folders_with_others(root, subdirs):
+    """A `train/` beside another split folder holding the same class folders
+    is a split-folders source with something else at its top: read as class
+    folders, its classes would be the split names. (A class named `train`,
+    as in Pascal VOC, holds images, not the other split's class folders.)"""
+    splits = [f for f in subdirs if f in SPLIT_FOLDERS]
+    if "train" not in splits or len(splits) < 2:
+        return
+    train_classes = set(sources.visible_subdirs(os.path.join(root, "train")))
+    for folder in splits:
+        if folder != "train" and train_classes & set(
+            sources.visible_subdirs(os.path.join(root, folder))
+        ):
+            others = sorted(set(subdirs) - set(SPLIT_FOLDERS))
+            raise ValueError(
+                f"{root!r} looks like split folders ('train/' and "
+                f"'{folder}/' hold the same class folders), but it also has "
+                f"{others}. A split-folders source holds only 'train/', "
+                "'val/' (or 'validation/') and 'test/': move the others out."
+            )
 
 
 def _class_folder_records(directory, class_names, root, follow_links, formats):
@@ -180,39 +204,46 @@ def _read_csv(root, folder, csv_path, follow_links):
         rel = sources.relative_path(path, image_dir)
         by_stem.setdefault(os.path.splitext(rel)[0], []).append(path)
         by_stem.setdefault(rel, []).append(path)
-    with storage.open(csv_path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if not header or "filename" not in [h.strip() for h in header]:
+    text = sources.read_text(csv_path, encoding="utf-8-sig")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if not header or "filename" not in [h.strip() for h in header]:
+        raise ValueError(
+            f"{csv_path!r} needs a header row with a 'filename' column. "
+            f"Received header: {header}"
+        )
+    header = [h.strip() for h in header]
+    name_index = header.index("filename")
+    label_columns = [h for i, h in enumerate(header) if i != name_index]
+    rows, missing, listed = [], [], {}
+    for line, row in enumerate(reader, start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        where = f"{csv_path}:{line}"
+        if len(row) != len(header):
             raise ValueError(
-                f"{csv_path!r} needs a header row with a 'filename' column. "
-                f"Received header: {header}"
+                f"{where}: expected {len(header)} columns, found {len(row)}."
             )
-        header = [h.strip() for h in header]
-        name_index = header.index("filename")
-        label_columns = [h for i, h in enumerate(header) if i != name_index]
-        rows, missing = [], []
-        for line, row in enumerate(reader, start=2):
-            if not any(cell.strip() for cell in row):
-                continue
-            where = f"{csv_path}:{line}"
-            if len(row) != len(header):
-                raise ValueError(
-                    f"{where}: expected {len(header)} columns, found {len(row)}."
-                )
-            name = row[name_index].strip()
-            sources.resolve_inside(image_dir, name, where)
-            matches = by_stem.get(name.replace(os.sep, "/"))
-            if not matches:
-                missing.append(name)
-                continue
-            if len(matches) > 1:
-                raise ValueError(
-                    f"{where}: {name!r} matches several files: "
-                    f"{[os.path.basename(m) for m in matches]}."
-                )
-            cells = [c for i, c in enumerate(row) if i != name_index]
-            rows.append((matches[0], cells, where))
+        name = row[name_index].strip()
+        sources.resolve_inside(image_dir, name, where)
+        matches = by_stem.get(name.replace(os.sep, "/"))
+        if not matches:
+            missing.append(name)
+            continue
+        if len(matches) > 1:
+            raise ValueError(
+                f"{where}: {name!r} matches several files: "
+                f"{[os.path.basename(m) for m in matches]}."
+            )
+        if matches[0] in listed:
+            # Twice in one split, a carve could put one copy in val.
+            raise ValueError(
+                f"{where}: {name!r} is listed again (first at "
+                f"{listed[matches[0]]}); list each image once."
+            )
+        listed[matches[0]] = where
+        cells = [c for i, c in enumerate(row) if i != name_index]
+        rows.append((matches[0], cells, where))
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5])
         raise ValueError(

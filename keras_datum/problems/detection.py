@@ -132,12 +132,12 @@ def _find_voc(root, follow_links):
     if lists:
         for split, list_path in lists.items():
             extra.append(list_path)
-            with storage.open(list_path, encoding="utf-8") as f:
-                ids_by_split[split] = [
-                    (line.split()[0], f"{list_path}:{n}")
-                    for n, line in enumerate(f, start=1)
-                    if line.strip()
-                ]
+            lines = sources.read_text(list_path).splitlines()
+            ids_by_split[split] = [
+                (line.split()[0], f"{list_path}:{n}")
+                for n, line in enumerate(lines, start=1)
+                if line.strip()
+            ]
     else:
         ids_by_split["train"] = [
             (os.path.splitext(name)[0], annotation_dir)
@@ -247,6 +247,12 @@ def _find_coco(root, follow_links):
         for cat in cats:
             categories.setdefault(cat["id"], cat["name"])
         parsed[split_name] = (path, images_by_id, annotations)
+    if len({type(i) for i in categories}) > 1:
+        raise ValueError(
+            f"{sorted(files.values())}: category ids mix integers and strings "
+            f"({sorted(map(repr, categories))[:6]}); use one kind, so that "
+            "they sort into class indices one way."
+        )
     ids = sorted(categories)
     class_names = [str(categories[i]) for i in ids]
     index_of = {cat_id: index for index, cat_id in enumerate(ids)}
@@ -299,8 +305,7 @@ def _yolo_names_from_yaml(path):
     import yaml
 
     try:
-        with storage.open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        data = yaml.safe_load(sources.read_text(path))
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: malformed YAML ({e}).") from None
     names = data.get("names") if isinstance(data, dict) else None
@@ -320,26 +325,25 @@ def parse_yolo_labels(path, num_classes):
         ValueError: a line that is not `class cx cy w h`; names file and line.
     """
     boxes, classes = [], []
-    with storage.open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            try:
-                if len(parts) != 5:
-                    raise ValueError
-                cls = int(parts[0])
-                values = [float(v) for v in parts[1:]]
-            except ValueError:
-                raise ValueError(
-                    f"{path}:{number}: expected 'class cx cy w h', found {line.strip()!r}."
-                ) from None
-            if not 0 <= cls < num_classes:
-                raise ValueError(
-                    f"{path}:{number}: class {cls} is outside 0..{num_classes - 1}."
-                )
-            boxes.append(values)
-            classes.append(cls)
+    for number, line in enumerate(sources.read_text(path).splitlines(), start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            if len(parts) != 5:
+                raise ValueError
+            cls = int(parts[0])
+            values = [float(v) for v in parts[1:]]
+        except ValueError:
+            raise ValueError(
+                f"{path}:{number}: expected 'class cx cy w h', found {line.strip()!r}."
+            ) from None
+        if not 0 <= cls < num_classes:
+            raise ValueError(
+                f"{path}:{number}: class {cls} is outside 0..{num_classes - 1}."
+            )
+        boxes.append(values)
+        classes.append(cls)
     return boxes, classes
 
 

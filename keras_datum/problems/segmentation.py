@@ -98,8 +98,8 @@ def _find_voc(root):
         ids = {}
         for split, path in lists.items():
             extra.append(path)
-            with storage.open(path, encoding="utf-8") as f:
-                ids[split] = [line.split()[0] for line in f if line.strip()]
+            lines = sources.read_text(path).splitlines()
+            ids[split] = [line.split()[0] for line in lines if line.strip()]
     else:
         ids = {
             "train": [
