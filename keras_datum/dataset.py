@@ -196,7 +196,8 @@ class DatumDataset:
             the source has no validation split; `None` or `0` carves none.
             The carve is stratified by class and fixed by `seed`. Defaults to
             `0.2`.
-        seed: seeds the carve, the write-time shuffle and the read shuffle.
+        seed: seeds the carve, the write-time shuffle and the read shuffle
+            (a non-negative integer).
             Defaults to `None`, which uses a fixed seed for the export (so
             every process agrees) and an unseeded read shuffle.
         shuffle: shuffle `train()` each epoch. Defaults to `True`.
@@ -205,9 +206,12 @@ class DatumDataset:
             images, batched with nothing per example, shuffle blocks of
             examples and then permute each window of this many examples.
             Defaults to `None`: `min(2048, examples in the split)`.
-        cache_dir: where the export lives. Defaults to
-            `$KERAS_HOME/datum/<folder>-<hash of its absolute path>`
-            (`~/.keras` when `KERAS_HOME` is unset).
+        cache_dir: where the export lives, outside the source folder.
+            Defaults to `$KERAS_HOME/datum/<folder>-<hash of its absolute
+            path>` (`~/.keras` when `KERAS_HOME` is unset), with a hash of
+            the carve's options (`validation_split`, `seed`, `problem`,
+            `follow_links`) added when they are not the defaults, so that
+            datasets with other carves never export over each other.
         problem: `"classification"`, `"detection"`, `"segmentation"`,
             `"text"`, or `None` to detect it from the layout. Defaults to `None`.
         on_invalid: `"skip"` leaves unreadable images out and reports them in
@@ -836,6 +840,10 @@ class DatumDataset:
             TypeError: an augmentation is not a layer or callable.
             ValueError: an augmentation fails on the element, or returns
                 something else than the element dict; the message names it.
+                Or a label-mixing layer comes after a split was built with
+                integer labels.
+            RuntimeError: the cache was exported again (by another dataset
+                sharing its `cache_dir`) after this dataset read it.
         """
         shuffle = self._shuffle if shuffle is None else shuffle
         return self._split(
