@@ -99,12 +99,16 @@ _CARVE_DEFAULTS = {
 def _check_cache_outside_source(cache_dir, source):
     # A cache inside the source would be read as data (a class folder named
     # after it) by the next export, and one holding the source would be
-    # replaced, source and all, by the next export.
+    # replaced, source and all, by the next export. Below a hidden folder of
+    # the source (`$KERAS_HOME` at `<source>/.keras`), nothing reads it.
     if storage.is_url(cache_dir) != storage.is_url(source):
         return
     if not storage.is_url(cache_dir):
         cache_dir, source = os.path.realpath(cache_dir), os.path.realpath(source)
     inside = (cache_dir + "/").startswith(source.rstrip("/") + "/")
+    if inside:
+        below = cache_dir[len(source.rstrip("/")):].strip("/").split("/")
+        inside = not any(part.startswith(".") for part in below)
     holds = (source + "/").startswith(cache_dir.rstrip("/") + "/")
     if inside or holds:
         raise ValueError(
@@ -239,7 +243,11 @@ class DatumDataset:
         cache: keep the decoded split in memory, at the target size as uint8,
             from the first epoch on, so that later epochs decode nothing.
             `"auto"` caches when the decoded split fits `cache_budget`;
-            `True` always; `False` never. Defaults to `"auto"`.
+            `True` always; `False` never. Defaults to `"auto"`. A cached
+            split's seeded order and its pixels (rounded to uint8 after the
+            resize) differ from an uncached one's, so `"auto"` on machines
+            with other free memory can give other streams: pass `True` or
+            `False` for one that repeats everywhere.
         cache_budget: bytes the automatic cache may use. Defaults to `None`:
             a quarter of the memory available when the split is built.
         bucket_boundaries: text only: batch texts of similar length together

@@ -221,3 +221,11 @@ def test_a_cache_dir_inside_or_around_the_source_is_refused(class_folders, where
     with pytest.raises(ValueError, match="`cache_dir` .* must be outside the source folder"):
         DatumDataset(class_folders, cache_dir=cache_dir, verbose=False)
     assert sorted(os.listdir(class_folders)) == before
+
+
+def test_a_cache_below_a_hidden_folder_of_the_source_is_allowed(class_folders):
+    # Hidden folders are never read as data: `$KERAS_HOME` at `<source>/.keras`.
+    ds = DatumDataset(class_folders, cache_dir=os.path.join(class_folders, ".keras", "c"), verbose=False)
+    assert ds.class_names == ["bird", "cat", "dog"]
+    ds.export(force=True)
+    assert ds.class_names == ["bird", "cat", "dog"]

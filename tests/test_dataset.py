@@ -170,12 +170,13 @@ def test_source_change_triggers_reexport(class_folders, change):
     assert second.info["created"] != created
 
 
-def test_export_option_change_triggers_reexport(class_folders):
-    a = DatumDataset(class_folders, validation_split=0.2, verbose=False)
+def test_export_option_change_triggers_reexport(class_folders, tmp_path):
+    # One cache_dir for both (by default each carve has its own folder).
+    a = DatumDataset(class_folders, validation_split=0.2, cache_dir=tmp_path / "c", verbose=False)
     assert a.num_examples["val"] == 6
-    b = DatumDataset(class_folders, validation_split=0.5, verbose=False)
+    b = DatumDataset(class_folders, validation_split=0.5, cache_dir=tmp_path / "c", verbose=False)
     assert b.num_examples == {"train": 15, "val": 15}
-    assert b.cache_dir == a.cache_dir
+    assert b.info["created"] != a.info["created"]
 
 
 def test_reexport_never_and_always(class_folders):

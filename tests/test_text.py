@@ -73,9 +73,10 @@ def test_datum_json_integer_labels_in_strings(tmp_path):
     ('{"1": {"text": "x", "label": {"p": [1]}}}', r"label 'p' must be a class index or name"),
 ])
 def test_malformed_json_names_the_file_and_example(tmp_path, content, match):
-    (tmp_path / "train.json").write_text(content)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.json").write_text(content)
     with pytest.raises(ValueError, match=match):
-        DatumDataset(str(tmp_path), verbose=False).export()
+        DatumDataset(str(tmp_path / "src"), verbose=False).export()
 
 
 def test_bucketing_groups_similar_lengths(tmp_path):
