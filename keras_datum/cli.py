@@ -164,6 +164,8 @@ def _preview(args):
         args.source,
         image_size=(args.image_size, args.image_size),
         cache_dir=args.cache_dir,
+        validation_split=args.validation_split,
+        seed=args.seed,
         verbose=False,
     )
     ds.preview(split=args.split, num_images=args.num_images, path=args.path)
@@ -180,6 +182,8 @@ def _benchmark(args):
         image_size=(args.image_size, args.image_size),
         batch_size=args.batch_size,
         cache_dir=args.cache_dir,
+        validation_split=args.validation_split,
+        seed=args.seed,
         cache=False if args.no_cache else "auto",
         image_dtype=args.image_dtype,
         max_image_side=None if side == 0 else side,
@@ -192,6 +196,14 @@ def _benchmark(args):
         print("\n".join(throughput.report(result)))
 
 
+def _carve_flags(parser):
+    """The validation carve's flags: a command that reads an export made
+    with `export --validation-split 0.1` takes the same, so that it finds
+    that carve's cache instead of exporting the default one."""
+    parser.add_argument("--validation-split", type=_fraction, default=0.2)
+    parser.add_argument("--seed", type=_non_negative_int, default=None)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-datum",
@@ -202,8 +214,7 @@ def build_parser():
     export = commands.add_parser("export", help="export a source folder to TFRecords")
     export.add_argument("source")
     export.add_argument("--cache-dir", default=None)
-    export.add_argument("--validation-split", type=_fraction, default=0.2)
-    export.add_argument("--seed", type=_non_negative_int, default=None)
+    _carve_flags(export)
     export.add_argument("--on-invalid", choices=["skip", "raise"], default="skip")
     export.add_argument("--follow-links", action="store_true")
     export.add_argument("--force", action="store_true", help="export even if cached")
@@ -234,6 +245,7 @@ def build_parser():
     preview.add_argument("--num-images", type=_positive_int, default=16)
     preview.add_argument("--image-size", type=_positive_int, default=128)
     preview.add_argument("--cache-dir", default=None)
+    _carve_flags(preview)
     preview.set_defaults(run=_preview)
 
     verify = commands.add_parser("verify", help="check a cache's CRCs, counts and metadata")
@@ -245,6 +257,7 @@ def build_parser():
     )
     benchmark.add_argument("source")
     benchmark.add_argument("--cache-dir", default=None)
+    _carve_flags(benchmark)
     benchmark.add_argument("--split", default="train", choices=["train", "val", "test"])
     benchmark.add_argument("--image-size", type=_positive_int, default=224)
     benchmark.add_argument("--batch-size", type=_positive_int, default=32)

@@ -2,7 +2,11 @@
 
 import functools
 import json
+import numbers
 import os
+import warnings
+
+import numpy as np
 
 from keras_datum import augment as augment_lib
 from keras_datum import cache as cache_lib
@@ -54,7 +58,8 @@ def _choice(name, value, allowed):
 
 
 def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
+    # NumPy integers too (`np.int64` from a hyperparameter grid), never bools.
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _check_image_size(image_size):
@@ -67,7 +72,7 @@ def _check_image_size(image_size):
             "`image_size` must be a tuple of 2 positive integers (height, "
             f"width). Received: image_size={image_size!r}"
         )
-    return tuple(image_size)
+    return tuple(int(v) for v in image_size)
 
 
 def _check_batch_size(batch_size):
@@ -76,7 +81,7 @@ def _check_batch_size(batch_size):
             "`batch_size` must be a positive integer or None. "
             f"Received: batch_size={batch_size!r}"
         )
-    return batch_size
+    return None if batch_size is None else int(batch_size)
 
 
 def _check_positive_or_none(name, value):
@@ -337,8 +342,8 @@ class DatumDataset:
                 "be set to `True`."
             )
         if validation_split is not None and (
-            isinstance(validation_split, bool)
-            or not isinstance(validation_split, (int, float))
+            isinstance(validation_split, (bool, np.bool_))
+            or not isinstance(validation_split, numbers.Real)
             or not 0 <= validation_split < 1
         ):
             raise ValueError(
@@ -346,6 +351,7 @@ class DatumDataset:
                 f"Received: validation_split={validation_split!r}"
             )
         _check_seed(seed)
+        seed = None if seed is None else int(seed)
         _check_positive_or_none("shuffle_buffer_size", shuffle_buffer_size)
         _choice("bounding_box_format", bounding_box_format, detection.BOUNDING_BOX_FORMATS)
         _check_positive_or_none("max_boxes", max_boxes)
@@ -368,6 +374,7 @@ class DatumDataset:
             # while a 12 MP photo shrinks to a few hundred kilobytes, once.
             max_image_side = AUTO_SIDE_FACTOR * max(self._image_size)
         _check_positive_or_none("max_image_side", max_image_side)
+        max_image_side = None if max_image_side is None else int(max_image_side)
         _choice("cache", cache, ("auto", True, False))
         _check_positive_or_none("cache_budget", cache_budget)
         distribute.check_strategy(strategy)
@@ -391,6 +398,10 @@ class DatumDataset:
         }
         if cache_dir:
             self.cache_dir = storage.abspath(os.fspath(cache_dir))
+            if os.path.islink(self.cache_dir):
+                # The export replaces the folder by renames: a link would be
+                # renamed itself, so the cache goes where it points.
+                self.cache_dir = os.path.realpath(self.cache_dir)
         else:
             variant = {
                 key: value
@@ -629,14 +640,25 @@ class DatumDataset:
         """Refuses to read shards that an export made after this dataset read
         its metadata: another dataset or process with other options (or a
         changed source) exported over them, so the split this dataset knows
-        (its counts, its carve) is no longer the one on disk."""
+        (its counts, its carve) is no longer the one on disk. An export of
+        the same content (a forced one, say) is fine.
+
+        Returns:
+            The pipeline's guard, which repeats the check as each shard file
+            is opened (see `pipeline._guarded`); `None` for a datum export,
+            which is read in place and never exported over.
+        """
         if self._datum_export:
-            return
+            return None
+        path = os.path.join(self.cache_dir, cache_lib.METADATA_FILE)
         try:
-            on_disk = cache_lib.read_metadata(self.cache_dir)
-        except cache_lib.CacheError:
+            with storage.open(path, encoding="utf-8") as f:
+                on_disk = pipeline.export_key(f.read())
+        except FileNotFoundError:
             on_disk = None
-        if on_disk is None or on_disk.get("created") != meta.get("created"):
+        # `metadata.json` is written as `cache.write_json` writes this.
+        mine = pipeline.export_key(json.dumps(meta, indent=2, sort_keys=True))
+        if on_disk is None or int(on_disk) != int(mine):
             raise RuntimeError(
                 f"The cache {self.cache_dir!r} was exported again (or removed) "
                 "after this dataset read it, by another DatumDataset or process "
@@ -645,6 +667,7 @@ class DatumDataset:
                 "shards. Create the DatumDataset again, or give each dataset "
                 "its own `cache_dir`."
             )
+        return path, int(mine)
 
     # --- What the export holds ---------------------------------------------
 
@@ -702,8 +725,9 @@ class DatumDataset:
         preview=False,
     ):
         _check_seed(seed)
+        seed = None if seed is None else int(seed)
         meta = self._ensure_exported()
-        self._check_cache_unchanged(meta)
+        guard = self._check_cache_unchanged(meta)
         if split not in meta["splits"]:
             raise ValueError(
                 f"This dataset has no {split!r} split. Its splits are "
@@ -739,6 +763,7 @@ class DatumDataset:
             image_dtype=self._read_options["image_dtype"] or distribute.input_dtype(),
             cache=self._cache_decoded(meta, split),
             data_service=data_service,
+            guard=guard,
         )
         if distribute.num_workers(strategy) > 1 and not data_service:
             # Multi-worker training: each worker's input pipeline reads its
@@ -761,10 +786,12 @@ class DatumDataset:
         """The read options for one split's pipeline.
 
         A layer that mixes labels (MixUp, CutMix) switches integer labels to
-        one-hot for the whole dataset, so that `val()` matches `train()`
-        under one loss. A preview's switch is its own, and a split already
-        built with integer labels makes the switch an error instead of a
-        silent mismatch.
+        one-hot for the whole dataset, so that `val()` built after it
+        matches `train()` under one loss. A preview's switch is its own.
+        Splits already built keep their integer labels: a warning names
+        them (a hyperparameter search that tries MixUp after a plain trial
+        builds its splits again; one that mixes old and new would fail in
+        Keras on the label shapes, not silently).
         """
         label_mode = augment_lib.label_mode_for(
             augmentations, self._read_options["label_mode"], meta["label_spec"]
@@ -777,15 +804,14 @@ class DatumDataset:
             return dict(self._read_options, label_mode=label_mode)
         if self._built_splits:
             built = ", ".join(f"{name}()" for name in sorted(self._built_splits))
-            raise ValueError(
-                "A label-mixing augmentation (MixUp, CutMix) needs one-hot "
-                f"labels, but {built} of this dataset was already built with "
-                "integer labels, which would not match. Pass "
-                "label_mode='categorical' to DatumDataset, or build train() "
-                "with the mixing layer first."
+            warnings.warn(
+                f"{built} of this dataset, built before, keep integer labels: "
+                "build them again to match the one-hot labels from now on, or "
+                "pass label_mode='categorical' to DatumDataset.",
+                stacklevel=4,
             )
         self._read_options["label_mode"] = label_mode
-        self._built_splits.add(split)
+        self._built_splits = {split}
         return self._read_options
 
     def _cache_decoded(self, meta, split):
@@ -848,8 +874,6 @@ class DatumDataset:
             TypeError: an augmentation is not a layer or callable.
             ValueError: an augmentation fails on the element, or returns
                 something else than the element dict; the message names it.
-                Or a label-mixing layer comes after a split was built with
-                integer labels.
             RuntimeError: the cache was exported again (by another dataset
                 sharing its `cache_dir`) after this dataset read it.
         """

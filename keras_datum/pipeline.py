@@ -204,10 +204,54 @@ def _checked(blocks, paths, counts):
     return blocks.scan(tf.zeros_like(counts), count)
 
 
-def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block):
+# What differs between two exports of the same content: left out of the
+# export's content key (see `export_key`).
+_VOLATILE = r'"(created|keras_datum_version)":\s*"[^"]*"'
+
+
+def export_key(metadata_text):
+    """A hash of a cache's `metadata.json` text less its time stamp: the
+    same for two exports of the same content, other for another carve."""
+    text = tf.strings.regex_replace(metadata_text, _VOLATILE, "")
+    return tf.strings.to_hash_bucket_fast(text, 2**62)
+
+
+def _guarded(files, guard):
+    """Checks, as each shard file is opened, that the cache is still the
+    export this pipeline was built on: another dataset sharing the cache
+    folder may have exported another carve over it since, and its shards
+    would be read as this one's (its validation images as training ones).
+    `guard` is `(metadata path, export key)`, or `None` for no check."""
+    if guard is None:
+        return files
+    metadata_path, key = guard
+    message = (
+        f"The cache {os.path.dirname(metadata_path)!r} was exported again after "
+        "this dataset was built, by another DatumDataset or process sharing it "
+        "with other options or a changed source: its shards are no longer this "
+        "dataset's split. Create the DatumDataset again, or give each dataset "
+        "its own `cache_dir`."
+    )
+
+    def check(path, count, index):
+        # Missing for a moment while another export commits (two renames),
+        # or unmatched for a path with glob characters: not checked then.
+        same = tf.cond(
+            tf.size(tf.io.matching_files(metadata_path)) > 0,
+            lambda: tf.equal(export_key(tf.io.read_file(metadata_path)), key),
+            lambda: tf.constant(True),
+        )
+        with tf.control_dependencies([tf.debugging.Assert(same, [message])]):
+            return tf.identity(path), count, index
+
+    return files.map(check)
+
+
+def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block, guard=None):
     """The split's serialized examples in blocks (1-D string tensors): shard
     files interleaved in parallel, a block at a time, every shard's length
-    checked. Empty blocks can occur."""
+    checked (and the cache's identity, with `guard`: see `_guarded`). Empty
+    blocks can occur."""
     if not paths:
         # An empty split (a validation split that rounds to no file): no
         # blocks, but of the usual structure, so the rest builds as usual.
@@ -218,6 +262,7 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block)
     )
     if shuffle_files and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    files = _guarded(files, guard)
     cycle_length = max(1, min(len(paths), MAX_INTERLEAVE))
     # Shard names are plain, but a cache folder with glob characters in its
     # path cannot be checked with `matching_files`: it reads shards plainly.
@@ -237,14 +282,16 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block)
     return _checked(blocks, paths, counts)
 
 
-def _serialized(paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block):
+def _serialized(
+    paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block, guard
+):
     """The split's serialized examples, one at a time (see `_serialized_blocks`).
 
     `whole` is False when each reader sees only part of the split (tf.data
     service workers), so the split's count cannot be asserted.
     """
     dataset = _serialized_blocks(
-        paths, counts, shuffle_files, seed, deterministic, block
+        paths, counts, shuffle_files, seed, deterministic, block, guard
     ).unbatch()
     if not whole:
         return dataset
@@ -334,7 +381,7 @@ def decoded_bytes(meta, split, options):
 
 def _examples(
     paths, counts, meta, options, *, batch_decoder, cache, shuffle, repeat, seed,
-    deterministic, buffer, shuffle_files, whole, shard_by_example, block,
+    deterministic, buffer, shuffle_files, whole, shard_by_example, block, guard,
 ):
     """The split's decoded examples, one at a time: shuffled, repeated and
     cached as asked (see `build`). `shard_by_example` is `(index, count)`
@@ -345,11 +392,11 @@ def _examples(
     # by example needs the same record order on every worker.
     from_blocks = batch_decoder is not None and (cache or not shuffle) and shard_by_example is None
     if from_blocks:
-        dataset = _serialized_blocks(paths, counts, False, seed, deterministic, block)
+        dataset = _serialized_blocks(paths, counts, False, seed, deterministic, block, guard)
     else:
         dataset = _serialized(
             paths, counts, num_examples, shuffle_files, seed,
-            deterministic or shard_by_example is not None, whole, block,
+            deterministic or shard_by_example is not None, whole, block, guard,
         )
     if shard_by_example is not None:
         dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
@@ -506,6 +553,7 @@ def build(
     cache=False,
     data_service=None,
     shard_subset=None,
+    guard=None,
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
@@ -518,7 +566,8 @@ def build(
     everything up to the batches runs on tf.data service workers. With
     `shard_subset=(index, count)` this pipeline reads only every `count`-th
     shard file from the `index`-th: one worker's share of the split (every
-    `count`-th example when there are fewer files than workers).
+    `count`-th example when there are fewer files than workers). With
+    `guard` (see `_guarded`), a cache exported over since is refused.
     """
     if data_service:
         # Each worker gets other shards in every epoch: a worker-side cache
@@ -550,7 +599,9 @@ def build(
     ):
         # Nothing happens per example: blocks of records are decoded,
         # cached, shuffled and cut into batches as blocks.
-        blocks = _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block)
+        blocks = _serialized_blocks(
+            paths, counts, shuffle_files, seed, deterministic, block, guard
+        )
         to_uint8 = _pixels_as(tf.uint8, options["interpolation"]) if cache else _unchanged
         blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
@@ -580,7 +631,7 @@ def build(
             paths, counts, meta, options, batch_decoder=batch_decoder, cache=cache,
             shuffle=shuffle, repeat=repeat, seed=seed, deterministic=deterministic,
             buffer=buffer, shuffle_files=shuffle_files, whole=whole,
-            shard_by_example=shard_subset if by_example else None, block=block,
+            shard_by_example=shard_subset if by_example else None, block=block, guard=guard,
         )
         batched = early = False
         labels_spec = dataset.element_spec.get("labels")

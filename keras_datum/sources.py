@@ -108,8 +108,16 @@ def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
                 yield os.path.join(root, name)
 
 
-def read_text(path, encoding="utf-8"):
-    """A text file's whole text.
+def read_lines(path):
+    """A UTF-8 text file's lines, as a file reads them (`\n`, `\r\n`; not the
+    other breaks `str.splitlines` knows), so that line numbers are the
+    editor's."""
+    return [line.removesuffix("\r") for line in read_text(path).split("\n")]
+
+
+def read_text(path, encoding="utf-8-sig"):
+    """A text file's whole text (a UTF-8 byte order mark, which Windows
+    tools write, is dropped).
 
     Raises:
         ValueError: the file is not in `encoding` (say, Latin-1 from an old
@@ -152,8 +160,7 @@ def read_class_names(root):
     for name in CLASS_NAME_FILES:
         path = os.path.join(root, name)
         if storage.isfile(path):
-            lines = read_text(path).splitlines()
-            names = [line.strip() for line in lines if line.strip()]
+            names = [line.strip() for line in read_lines(path) if line.strip()]
             if len(set(names)) != len(names):
                 raise ValueError(f"{path!r} lists a class name twice.")
             return names, path

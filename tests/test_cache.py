@@ -210,6 +210,33 @@ def test_a_dataset_refuses_a_cache_exported_over_it(class_folders, tmp_path):
     assert len(list(DatumDataset(class_folders, cache_dir=shared, seed=2, verbose=False).val())) > 0
 
 
+@pytest.mark.parametrize("cache_decoded", [True, False])
+def test_a_split_built_before_another_carve_was_exported_over_it_fails_loudly(
+    class_folders, tmp_path, cache_decoded
+):
+    import tensorflow as tf
+
+    shared = tmp_path / "shared"
+    first = DatumDataset(class_folders, cache_dir=shared, seed=1, cache=cache_decoded, verbose=False)
+    train = first.train()
+    # Same counts, other carve: without the check this would read the other
+    # carve's train split, holding images of this one's val().
+    DatumDataset(class_folders, cache_dir=shared, seed=2, verbose=False).export()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="was exported again after this dataset was built"):
+        list(train)
+
+
+def test_an_export_of_the_same_content_leaves_other_datasets_working(class_folders):
+    first = DatumDataset(class_folders, verbose=False)
+    train = first.train()
+    # A notebook's second cell, `keras-datum export --force`, or a search
+    # trial with reexport="always": the same content, exported again.
+    DatumDataset(class_folders, reexport="always", verbose=False).export()
+    DatumDataset(class_folders, verbose=False).export(force=True)
+    assert sum(len(x) for x, _ in train) == 24
+    assert sum(len(x) for x, _ in first.val()) == 6
+
+
 @pytest.mark.parametrize("where", ["inside", "same", "around"])
 def test_a_cache_dir_inside_or_around_the_source_is_refused(class_folders, where):
     cache_dir = {

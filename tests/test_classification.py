@@ -225,3 +225,14 @@ def test_classes_named_like_splits_are_still_classes(tmp_path):
     ds = DatumDataset(root, image_size=(16, 16), verbose=False)
     assert ds.info["layout"] == "class_folders"
     assert ds.class_names == ["bus", "test", "train"]
+
+
+def test_csv_errors_name_the_line_an_editor_shows(tmp_path):
+    # A byte order mark, CRLF line ends, a blank line and a quoted label that
+    # spans two lines: the repeated row starts on line 6.
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", 1)]}, header=("filename", "note"))
+    text = '\ufefffilename,note\r\na,"two\r\nlines"\r\n\r\nb,x\r\na,y\r\n'
+    with open(os.path.join(root, "train.csv"), "w", newline="") as f:
+        f.write(text)
+    with pytest.raises(ValueError, match=r"train.csv:6: 'a' is listed again \(first at .*train.csv:2\)"):
+        DatumDataset(root, verbose=False).export()

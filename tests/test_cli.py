@@ -57,6 +57,12 @@ def test_info_and_verify_on_a_source_cover_each_carve(tmp_path, capsys):
     assert "val: 2 examples" in out and "val: 4 examples" in out
     assert cli.main(["verify", root]) == 0
     assert capsys.readouterr().out.count("OK: ") == 2
+    # Reading with the same carve flags finds that carve's cache: no export.
+    assert cli.main(["benchmark", root, "--validation-split", "0.5", "--split", "val",
+                     "--image-size", "16", "--epochs", "1", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "export: none, the cache was up to date" in out
+    assert "val: 4 examples" in out
 
 
 def test_demo_shrunk(tmp_path, capsys):

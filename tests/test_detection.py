@@ -159,8 +159,16 @@ def test_class_names_from_the_xml_when_no_class_file(tmp_path):
 def test_yolo_with_classes_txt_and_val_split(tmp_path):
     items = draw_items(6)
     root = write_yolo(tmp_path / "yolo", {"train": items[:4], "val": items[4:]}, names_file="classes.txt")
+    # Saved by a Windows tool: a byte order mark and CRLF line ends.
+    labels = sorted(os.listdir(os.path.join(root, "labels", "train")))
+    for path in (os.path.join(root, "classes.txt"), os.path.join(root, "labels", "train", labels[0])):
+        with open(path, "rb") as f:
+            text = f.read()
+        with open(path, "wb") as f:
+            f.write(b"\xef\xbb\xbf" + text.replace(b"\n", b"\r\n"))
     ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), verbose=False)
     assert ds.num_examples == {"train": 4, "val": 2}
+    assert ds.class_names == list(CLASS_NAMES)
 
 
 def _add_coco_category(root, category):
@@ -194,6 +202,9 @@ def _add_coco_category(root, category):
          r"img001.txt:1: expected 'class cx cy w h'"),
         ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "w").write("0 .5 .5 .1 .1\n9 .5 .5 .1 .1\n"),
          r"img001.txt:2: class 9 is outside 0..1"),
+        # A form feed is no line break in a file: the bad line is line 3.
+        ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "w").write("0 .5 .5 .1 .1\x0c\n0 .5 .5 .1 .1\n0 .5\n"),
+         r"img001.txt:3: expected 'class cx cy w h'"),
         # Latin-1 text from an old tool: named, not a bare UnicodeDecodeError.
         ("yolo", lambda r: open(os.path.join(r, "labels", "train", "img001.txt"), "wb").write(b"0 .5 .5 .1 .1 # caf\xe9\n"),
          r"img001.txt: not UTF-8 text \(byte 0xe9 at offset 19\)"),

@@ -117,3 +117,28 @@ def test_cache_dir_holding_user_files_is_never_overwritten(class_folders, tmp_pa
         ds.export()
     assert (precious / "thesis.tex").read_text() == "years of work"
     assert os.listdir(precious) == ["thesis.tex"]
+
+
+def test_numpy_numbers_are_accepted_and_stored_as_python_ones(class_folders):
+    import numpy as np
+
+    ds = DatumDataset(class_folders, image_size=(np.int64(16), np.int32(16)), batch_size=np.int64(4),
+                      validation_split=np.float32(0.25), seed=np.int64(3), max_image_side=np.int64(32),
+                      verbose=False)
+    options = ds.info["export_options"]  # Written to metadata.json: plain JSON numbers.
+    assert options["seed"] == 3 and options["max_image_side"] == 32
+    assert options["validation_split"] == 0.25
+    assert next(iter(ds.train(seed=np.int64(1))))[0].shape == (4, 16, 16, 3)
+
+
+def test_a_cache_dir_that_is_a_symlink_holds_the_cache_where_it_points(class_folders, tmp_path):
+    target = tmp_path / "big_disk" / "cache"
+    target.mkdir(parents=True)
+    link = tmp_path / "cache_link"
+    link.symlink_to(target)
+    ds = DatumDataset(class_folders, cache_dir=link, verbose=False)
+    ds.export()
+    ds.export(force=True)  # Replacing a cache goes through the link too.
+    assert os.path.islink(link)
+    assert os.path.isfile(target / "metadata.json")
+    assert sum(ds.num_examples.values()) == 30

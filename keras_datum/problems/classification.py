@@ -204,8 +204,7 @@ def _read_csv(root, folder, csv_path, follow_links):
         rel = sources.relative_path(path, image_dir)
         by_stem.setdefault(os.path.splitext(rel)[0], []).append(path)
         by_stem.setdefault(rel, []).append(path)
-    text = sources.read_text(csv_path, encoding="utf-8-sig")
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(sources.read_text(csv_path), newline=""))
     header = next(reader, None)
     if not header or "filename" not in [h.strip() for h in header]:
         raise ValueError(
@@ -216,7 +215,10 @@ def _read_csv(root, folder, csv_path, follow_links):
     name_index = header.index("filename")
     label_columns = [h for i, h in enumerate(header) if i != name_index]
     rows, missing, listed = [], [], {}
-    for line, row in enumerate(reader, start=2):
+    end = reader.line_num
+    for row in reader:
+        # A row's first line (a quoted cell may span lines).
+        line, end = end + 1, reader.line_num
         if not any(cell.strip() for cell in row):
             continue
         where = f"{csv_path}:{line}"

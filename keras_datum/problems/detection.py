@@ -132,7 +132,7 @@ def _find_voc(root, follow_links):
     if lists:
         for split, list_path in lists.items():
             extra.append(list_path)
-            lines = sources.read_text(list_path).splitlines()
+            lines = sources.read_lines(list_path)
             ids_by_split[split] = [
                 (line.split()[0], f"{list_path}:{n}")
                 for n, line in enumerate(lines, start=1)
@@ -325,7 +325,7 @@ def parse_yolo_labels(path, num_classes):
         ValueError: a line that is not `class cx cy w h`; names file and line.
     """
     boxes, classes = [], []
-    for number, line in enumerate(sources.read_text(path).splitlines(), start=1):
+    for number, line in enumerate(sources.read_lines(path), start=1):
         parts = line.split()
         if not parts:
             continue

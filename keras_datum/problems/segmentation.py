@@ -98,7 +98,7 @@ def _find_voc(root):
         ids = {}
         for split, path in lists.items():
             extra.append(path)
-            lines = sources.read_text(path).splitlines()
+            lines = sources.read_lines(path)
             ids[split] = [line.split()[0] for line in lines if line.strip()]
     else:
         ids = {
