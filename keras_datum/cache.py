@@ -107,8 +107,14 @@ def shard_name(split, index, count):
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
+def json_text(data):
+    """The text `write_json` writes for `data` (a cache's export key hashes
+    it: see `pipeline.export_key`)."""
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
 def write_json(path, data):
-    storage.write_text(path, json.dumps(data, indent=2, sort_keys=True))
+    storage.write_text(path, json_text(data))
 
 
 def _require(condition, path, message):

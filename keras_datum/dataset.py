@@ -656,17 +656,9 @@ class DatumDataset:
                 on_disk = pipeline.export_key(f.read())
         except FileNotFoundError:
             on_disk = None
-        # `metadata.json` is written as `cache.write_json` writes this.
-        mine = pipeline.export_key(json.dumps(meta, indent=2, sort_keys=True))
+        mine = pipeline.export_key(cache_lib.json_text(meta))
         if on_disk is None or int(on_disk) != int(mine):
-            raise RuntimeError(
-                f"The cache {self.cache_dir!r} was exported again (or removed) "
-                "after this dataset read it, by another DatumDataset or process "
-                "sharing that `cache_dir` with other options or a changed "
-                "source. The splits this dataset knows may no longer match its "
-                "shards. Create the DatumDataset again, or give each dataset "
-                "its own `cache_dir`."
-            )
+            raise RuntimeError(pipeline.stale_cache_message(self.cache_dir))
         return path, int(mine)
 
     # --- What the export holds ---------------------------------------------

@@ -216,6 +216,16 @@ def export_key(metadata_text):
     return tf.strings.to_hash_bucket_fast(text, 2**62)
 
 
+def stale_cache_message(cache_dir):
+    return (
+        f"The cache {cache_dir!r} was exported again (or removed) after this "
+        "dataset read it, by another DatumDataset or process sharing it with "
+        "other options or a changed source: its shards are no longer this "
+        "dataset's split. Create the DatumDataset again, or give each dataset "
+        "its own `cache_dir`."
+    )
+
+
 def _guarded(files, guard):
     """Checks, as each shard file is opened, that the cache is still the
     export this pipeline was built on: another dataset sharing the cache
@@ -225,13 +235,7 @@ def _guarded(files, guard):
     if guard is None:
         return files
     metadata_path, key = guard
-    message = (
-        f"The cache {os.path.dirname(metadata_path)!r} was exported again after "
-        "this dataset was built, by another DatumDataset or process sharing it "
-        "with other options or a changed source: its shards are no longer this "
-        "dataset's split. Create the DatumDataset again, or give each dataset "
-        "its own `cache_dir`."
-    )
+    message = stale_cache_message(os.path.dirname(metadata_path))
 
     def check(path, count, index):
         # Missing for a moment while another export commits (two renames),
