@@ -449,7 +449,7 @@ def _image_features(data):
     }
 
 
-def _boxes(values):
+def _boxes(values, num_classes):
     """datum's corner lists as keras_datum's clipped, flat `rel_xyxy` boxes.
 
     Boxes are clipped to the image and boxes without area dropped, as the
@@ -472,25 +472,51 @@ def _boxes(values):
         & (boxes[:, 2] > boxes[:, 0])
         & (boxes[:, 3] > boxes[:, 1])
     )
+    classes = _checked_classes(
+        tf.boolean_mask(labels, keep) - FIRST_DETECTION_LABEL, num_classes,
+        f"the {DETECTION_LABELS!r} column (datum numbers classes from {FIRST_DETECTION_LABEL})",
+    )
     return {
         "objects/boxes": tf.reshape(tf.boolean_mask(boxes, keep), [-1]),
-        "objects/classes": tf.boolean_mask(labels, keep) - FIRST_DETECTION_LABEL,
+        "objects/classes": classes,
     }
+
+
+def _checked_classes(labels, num_classes, where):
+    """`labels`, asserted to be class indices below `num_classes`.
+
+    The class names given (`class_names=` or a class-names file) can list
+    fewer classes than the labels use; an out-of-range label would become an
+    all-zero one-hot row or an index past the model's outputs.
+    """
+    check = tf.debugging.assert_less(
+        tf.cast(labels, tf.int64), tf.constant(num_classes, tf.int64),
+        message=(
+            f"A datum example's class label in {where} is not below the number "
+            f"of class names ({num_classes}). Pass class_names= listing every class"
+        ),
+    )
+    low = tf.debugging.assert_non_negative(
+        labels, message=f"A datum example's class label in {where} is negative"
+    )
+    with tf.control_dependencies([check, low]):
+        return tf.identity(labels)
 
 
 def _label(values, meta):
     spec = meta["label_spec"]
     columns = meta[META_KEY]["label_columns"]
-    if spec["type"] == "class":
-        label = values[columns[0]]
+    if spec["type"] in ("class", "multi_label"):
+        where = f"the column {columns[0]!r}"
+        label = _checked_classes(values[columns[0]], spec["num_classes"], where)
+        if spec["type"] == "multi_label":
+            return {"label": label}
         check = tf.debugging.assert_equal(
             tf.size(label), 1,
             message=f"A datum example holds a list in the class label column {columns[0]!r}",
         )
         with tf.control_dependencies([check]):
             return {"label": tf.reshape(label, [])}
-    if spec["type"] == "multi_label":
-        return {"label": values[columns[0]]}
     if spec["type"] == "regression":
         target = tf.concat([tf.cast(values[c], tf.float32) for c in columns], axis=0)
         check = tf.debugging.assert_equal(
@@ -511,7 +537,7 @@ def parse_example(serialized, meta):
     values = {name: tf.sparse.to_dense(parsed[name]) for name in numeric}
     features = _image_features(parsed[IMAGE])
     if meta["problem"] == detection.NAME:
-        features.update(_boxes(values))
+        features.update(_boxes(values, meta["label_spec"]["num_classes"]))
     else:
         features.update(_label(values, meta))
     return features

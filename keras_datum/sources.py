@@ -83,6 +83,27 @@ def visible_subdirs(directory):
     ]
 
 
+def split_folders(names, directory):
+    """{split: folder name} of the split folders among `names` (subfolders
+    of `directory`): `train/`, `val/` or `validation/`, `test/`.
+
+    Raises:
+        ValueError: both `val/` and `validation/` are there.
+    """
+    folders = {}
+    for name in names:
+        split = SPLIT_NAMES.get(name)
+        if split is None:
+            continue
+        if split in folders:
+            raise ValueError(
+                f"{directory!r} has both '{folders[split]}/' and '{name}/' "
+                "folders; keep one."
+            )
+        folders[split] = name
+    return folders
+
+
 def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
     """Yields the paths of files ending in `formats` below `directory`, in Keras's order.
 
@@ -169,16 +190,82 @@ def read_class_names(root):
 
 def voc_split_lists(root, task):
     """VOC's split lists: `ImageSets/<task>/<split>.txt`, else datum's
-    `ImageSets/<split>.txt`. Returns {split: path} (empty when there are none)."""
-    for folder in (os.path.join(root, "ImageSets", task), os.path.join(root, "ImageSets")):
+    `ImageSets/<split>.txt`, else `<split>.txt` beside the image folders.
+
+    Returns:
+        {split: path} (empty when there are none).
+
+    Raises:
+        ValueError: one folder holds two lists of one split (`val.txt` and
+            `validation.txt`): which one is meant is not clear.
+    """
+    folders = (os.path.join(root, "ImageSets", task), os.path.join(root, "ImageSets"), root)
+    for folder in folders:
         lists = {}
         for name, split in SPLIT_NAMES.items():
             path = os.path.join(folder, name + ".txt")
-            if storage.isfile(path) and split not in lists:
-                lists[split] = path
+            if not storage.isfile(path):
+                continue
+            if split in lists:
+                raise ValueError(
+                    f"{lists[split]!r} and {path!r} both list the {split!r} split. "
+                    "Keep one of them."
+                )
+            lists[split] = path
         if lists:
             return lists
     return {}
+
+
+def read_split_lists(lists):
+    """The example ids of each split list (`voc_split_lists`), in file order.
+
+    Each line's first word is an id; blank lines are skipped.
+
+    Returns:
+        {split: [(id, "file:line"), ...]}.
+
+    Raises:
+        ValueError: an id is listed twice, in one list or in two (it would
+            be trained on twice, or trained on and validated on); names both
+            lines.
+    """
+    seen = {}
+    ids = {}
+    for split, path in lists.items():
+        ids[split] = []
+        for number, line in enumerate(read_lines(path), start=1):
+            if not line.strip():
+                continue
+            example_id, where = line.split()[0], f"{path}:{number}"
+            if example_id in seen:
+                raise ValueError(
+                    f"{where} lists {example_id!r}, which {seen[example_id]} lists "
+                    "already. An example must be listed once, in one split."
+                )
+            seen[example_id] = where
+            ids[split].append((example_id, where))
+    return ids
+
+
+def unique_stems(paths, directory):
+    """{stem: path} of image files, the stem relative to `directory`.
+
+    Raises:
+        ValueError: two images share a stem (`a.jpg` and `a.png`): the
+            annotation or mask named by the stem would fit either one.
+    """
+    by_stem = {}
+    for path in paths:
+        stem = os.path.splitext(relative_path(path, directory))[0]
+        if stem in by_stem:
+            raise ValueError(
+                f"{by_stem[stem]!r} and {path!r} share the name {stem!r}, so "
+                "the mask or annotation of that name would fit either one. "
+                "Rename or remove one of them."
+            )
+        by_stem[stem] = path
+    return by_stem
 
 
 def file_size(path):

@@ -275,6 +275,25 @@ def test_multi_label_and_regression_columns(tmp_path):
     assert sorted(float(y[0]) for _, y in ds.train()) == [0.0, 0.5, 1.0, 1.5]
 
 
+@pytest.mark.parametrize("label_mode", ["int", "categorical"])
+def test_class_names_fewer_than_the_labels_fail_instead_of_zero_rows(tmp_path, label_mode):
+    export, _ = classification_export(tmp_path)  # Labels 0, 1 and 2.
+    ds = DatumDataset.from_tfrecords(
+        export, class_names=["a", "b"], image_size=(8, 8), label_mode=label_mode,
+        batch_size=None, verbose=False,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"not below the number of class names \(2\)"):
+        for _ in ds.train():
+            pass
+    with open(os.path.join(export, "labels.txt"), "w") as f:
+        f.write("a\nb\n")
+    ds = DatumDataset(export, image_size=(8, 8), label_mode=label_mode, batch_size=None, verbose=False)
+    assert ds.class_names == ["a", "b"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Pass class_names= listing every class"):
+        for _ in ds.train():
+            pass
+
+
 # --- Detection --------------------------------------------------------------------
 
 
@@ -321,6 +340,18 @@ def test_detection_varying_box_counts_round_trip(tmp_path, fmt):
     _match(examples, items[:5], fmt, image_size)
     _match([(y["boxes"].numpy(), y["classes"].numpy().astype(int)) for _, y in ds.val()],
            items[5:], fmt, image_size)
+
+
+def test_detection_class_names_fewer_than_the_labels_fail(tmp_path):
+    items = detection_items()
+    export = detection_export(tmp_path, {"train": items})
+    ds = DatumDataset.from_tfrecords(
+        export, class_names=CLASS_NAMES[:1], image_size=(HEIGHT, WIDTH), batch_size=None,
+        verbose=False,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"column \(datum numbers classes from 1\) is not below the number of class names \(1\)"):
+        for _ in ds.train():
+            pass
 
 
 def test_detection_dense_max_boxes_and_ragged_batches(tmp_path):

@@ -8,6 +8,7 @@ import keras_cv
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 from detection_data import CLASS_NAMES, HEIGHT, WIDTH, draw_items, write_coco, write_voc, write_yolo
 
 from keras_datum import DatumDataset
@@ -169,6 +170,40 @@ def test_yolo_with_classes_txt_and_val_split(tmp_path):
     ds = DatumDataset(root, image_size=(HEIGHT, WIDTH), verbose=False)
     assert ds.num_examples == {"train": 4, "val": 2}
     assert ds.class_names == list(CLASS_NAMES)
+
+
+def test_an_example_in_two_voc_split_lists_is_refused(tmp_path):
+    items = draw_items(4)
+    stems = [i[0] for i in items]
+    root = write_voc(tmp_path / "voc", items, split_lists={"train": stems[:3], "val": stems[2:]})
+    with pytest.raises(ValueError, match=r"val\.txt:1 lists 'img002', which .*train\.txt:3 lists"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_two_voc_annotations_of_one_image_are_refused(tmp_path):
+    root = write_voc(tmp_path / "voc", draw_items(3))
+    path = os.path.join(root, "Annotations", "img002.xml")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("img002.png", "img001.png"))
+    with pytest.raises(ValueError, match=r"img001\.xml' and .*img002\.xml' both annotate .*img001\.png'"):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_yolo_folders_that_would_mix_up_labels_are_refused(tmp_path):
+    items = draw_items(4)
+    root = write_yolo(tmp_path / "a", {"train": items[:2], "val": items[2:3], "validation": items[3:]})
+    with pytest.raises(ValueError, match=r"has both 'val/' and 'validation/' folders"):
+        DatumDataset(root, verbose=False).export()
+    root = write_yolo(tmp_path / "b", {"train": items})
+    Image.fromarray(items[1][3]).save(os.path.join(root, "images", "train", "img001.jpg"))
+    with pytest.raises(ValueError, match=r"img001\.jpg' and .*img001\.png' share the name 'img001'"):
+        DatumDataset(root, verbose=False).export()
+    root = write_yolo(tmp_path / "c", {"train": items[:2], "val": items[2:]})
+    os.rename(os.path.join(root, "labels", "val"), os.path.join(root, "labels", "valid"))
+    with pytest.raises(ValueError, match=r"images/val' but no .*labels/val'"):
+        DatumDataset(root, verbose=False).export()
 
 
 def _add_coco_category(root, category):

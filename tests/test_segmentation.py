@@ -164,3 +164,83 @@ def test_a_changed_mask_triggers_a_reexport(tmp_path):
     os.utime(path, ns=(1, 1))
     again = DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False)
     assert again.info["splits"]["train"]["mask_values"] == [0, 2, 3, 255]
+
+
+def test_two_images_sharing_a_mask_name_are_refused(tmp_path):
+    items = _draw(8, 2)
+    root = write_pairs(tmp_path / "pairs", {"train": items})
+    Image.fromarray(items[0][1]).save(tmp_path / "pairs" / "images" / "train" / "s00.jpg")
+    with pytest.raises(ValueError, match=r"s00\.jpg' and .*s00\.png' share the name 's00'"):
+        DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False).export()
+    voc = write_voc(tmp_path / "voc", items)
+    Image.fromarray(items[1][1]).save(tmp_path / "voc" / "JPEGImages" / "s01.jpg")
+    with pytest.raises(ValueError, match=r"s01\.jpg' and .*s01\.png' share the name 's01'"):
+        DatumDataset(voc, image_size=(H, W), validation_split=None, verbose=False).export()
+
+
+def _write_lists(folder, lists):
+    os.makedirs(folder, exist_ok=True)
+    for name, stems in lists.items():
+        (folder / f"{name}.txt").write_text("".join(s + "\n" for s in stems))
+
+
+def _masks_by_split(ds):
+    """{split: sorted mask bytes} of every split the dataset has."""
+    splits = {"train": ds.train(), "val": ds.val()}
+    return {
+        split: sorted(y[..., 0].astype(np.uint8).tobytes() for _, y in _pairs(splits[split]))
+        for split in ds.num_examples
+    }
+
+
+@pytest.mark.parametrize("where", ["ImageSets/Segmentation", "ImageSets", "."])
+def test_voc_split_lists_are_read_where_they_are(tmp_path, where):
+    items = _draw(9, 4)
+    root = write_voc(tmp_path / "voc", items)
+    _write_lists(tmp_path / "voc" / where, {"train": ["s00", "s02"], "val": ["s01"]})
+    ds = DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False)
+    mask = {stem: m.tobytes() for stem, _, m in items}
+    assert _masks_by_split(ds) == {
+        "train": sorted([mask["s00"], mask["s02"]]), "val": [mask["s01"]],
+    }
+
+
+def test_root_split_lists_carve_a_flat_images_and_masks_folder(tmp_path):
+    items = _draw(10, 4)
+    root = tmp_path / "pairs"
+    for sub in ("images", "masks"):
+        os.makedirs(root / sub)
+    for stem, pixels, mask in items:
+        Image.fromarray(pixels).save(root / "images" / f"{stem}.png")
+        Image.fromarray(mask, mode="L").save(root / "masks" / f"{stem}.png")
+    _write_lists(root, {"train": ["s03", "s01"], "validation": ["s00"]})
+    ds = DatumDataset(str(root), image_size=(H, W), batch_size=None, verbose=False)
+    mask = {stem: m.tobytes() for stem, _, m in items}
+    assert _masks_by_split(ds) == {
+        "train": sorted([mask["s03"], mask["s01"]]), "val": [mask["s00"]],
+    }
+    _write_lists(root, {"train": ["s03", "s09"]})
+    with pytest.raises(ValueError, match=r"train\.txt:2: lists 's09', but .*images' has no image"):
+        DatumDataset(str(root), image_size=(H, W), batch_size=None, verbose=False).export()
+
+
+@pytest.mark.parametrize(
+    "lists, message",
+    [
+        ({"train": ["s00", "s01", "s00"]}, r"train\.txt:3 lists 's00', which .*train\.txt:1"),
+        ({"train": ["s00", "s01"], "val": ["s02", "s01"]}, r"val\.txt:2 lists 's01', which .*train\.txt:2"),
+        ({"train": ["s00"], "val": ["s01"], "validation": ["s02"]}, r"val\.txt' and .*validation\.txt' both list the 'val' split"),
+    ],
+)
+def test_a_voc_split_list_that_repeats_an_example_is_refused(tmp_path, lists, message):
+    root = write_voc(tmp_path / "voc", _draw(11, 3))
+    _write_lists(tmp_path / "voc" / "ImageSets" / "Segmentation", lists)
+    with pytest.raises(ValueError, match=message):
+        DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()
+
+
+def test_images_in_split_folders_need_masks_in_split_folders(tmp_path):
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(12, 2), "val": _draw(13, 1)})
+    os.rename(tmp_path / "pairs" / "masks" / "val", tmp_path / "pairs" / "masks_val")
+    with pytest.raises(ValueError, match=r"images/val' has no .*masks/val'"):
+        DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()

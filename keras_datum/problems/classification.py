@@ -60,12 +60,11 @@ def find_folder_layout(
     """Split folders of class folders, or class folders (shared with text)."""
     subdirs = sources.visible_subdirs(root)
     if subdirs and "train" in subdirs and set(subdirs) <= set(SPLIT_FOLDERS):
-        if "val" in subdirs and "validation" in subdirs:
-            raise ValueError(
-                f"{root!r} has both 'val/' and 'validation/' folders; keep one."
-            )
         name, class_root = "split_folders", os.path.join(root, "train")
-        folders = {SPLIT_FOLDERS[f]: os.path.join(root, f) for f in subdirs}
+        folders = {
+            split: os.path.join(root, f)
+            for split, f in sources.split_folders(subdirs, root).items()
+        }
     else:
         if not storage.listdir(root):
             raise ValueError(f"The source folder {root!r} is empty.")

@@ -128,23 +128,19 @@ def _find_voc(root, follow_links):
     class_names, class_file = sources.read_class_names(root)
     lists = sources.voc_split_lists(root, "Main")
     extra = [class_file] if class_file else []
-    ids_by_split = {}
     if lists:
-        for split, list_path in lists.items():
-            extra.append(list_path)
-            lines = sources.read_lines(list_path)
-            ids_by_split[split] = [
-                (line.split()[0], f"{list_path}:{n}")
-                for n, line in enumerate(lines, start=1)
-                if line.strip()
-            ]
+        extra.extend(lists.values())
+        ids_by_split = sources.read_split_lists(lists)
     else:
-        ids_by_split["train"] = [
-            (os.path.splitext(name)[0], annotation_dir)
-            for name in sorted(storage.listdir(annotation_dir))
-            if name.endswith(".xml")
-        ]
+        ids_by_split = {
+            "train": [
+                (os.path.splitext(name)[0], annotation_dir)
+                for name in sorted(storage.listdir(annotation_dir))
+                if name.endswith(".xml")
+            ]
+        }
     parsed = {}
+    annotation_of = {}  # image path -> the annotation naming it
     for split, ids in ids_by_split.items():
         parsed[split] = []
         for example_id, where in ids:
@@ -155,6 +151,12 @@ def _find_voc(root, follow_links):
             filename, objects = parse_voc_xml(xml_path)
             image_name = filename or example_id + ".jpg"
             image_path = sources.resolve_inside(image_dir, image_name, xml_path)
+            if image_path in annotation_of:
+                raise ValueError(
+                    f"{annotation_of[image_path]!r} and {xml_path!r} both annotate "
+                    f"{image_path!r}. Merge them into one annotation."
+                )
+            annotation_of[image_path] = xml_path
             parsed[split].append((xml_path, image_path, objects))
     if class_names is None:
         class_names = sorted({o[0] for rows in parsed.values() for _, _, objs in rows for o in objs})
@@ -363,15 +365,18 @@ def _find_yolo(root, follow_links):
         )
     extra = [class_file]
     splits = {}
-    for folder in sources.visible_subdirs(images_root):
-        split = SPLITS.get(folder)
-        if split is None:
-            continue
-        label_dir = os.path.join(labels_root, folder)
+    folders = sources.split_folders(sources.visible_subdirs(images_root), images_root)
+    for split, folder in folders.items():
+        image_dir, label_dir = os.path.join(images_root, folder), os.path.join(labels_root, folder)
+        if not storage.isdir(label_dir):
+            raise ValueError(
+                f"The YOLO folder {root!r} has {image_dir!r} but no {label_dir!r}: "
+                "each images/<split>/ folder needs its labels/<split>/ folder."
+            )
         records = []
-        for image_path in sources.iter_image_files(os.path.join(images_root, folder), follow_links):
-            rel = sources.relative_path(image_path, os.path.join(images_root, folder))
-            label_path = os.path.join(label_dir, os.path.splitext(rel)[0] + ".txt")
+        paths = sources.iter_image_files(image_dir, follow_links)
+        for stem, image_path in sources.unique_stems(paths, image_dir).items():
+            label_path = os.path.join(label_dir, stem + ".txt")
             boxes, classes = [], []
             # Fingerprinted even when missing, so that adding one re-exports.
             extra.append(label_path)

@@ -6,8 +6,13 @@ root/                                  root/
   JPEGImages/        0001.jpg            images/  0001.jpg  (or images/train/ ...)
   SegmentationClass/ 0001.png            masks/   0001.png  (or masks/train/ ...)
   ImageSets/Segmentation/train.txt       classes.txt / labels.txt (optional)
-  (optional; also ImageSets/train.txt)
+  (optional; also ImageSets/train.txt    train.txt, val.txt (optional, with a
+  or train.txt, val.txt at the root)       flat images/ folder)
 ```
+
+A split list holds one id (a file name without its extension) a line. An id
+listed twice, or in two lists, is refused; so are two images sharing a name
+(`a.jpg` and `a.png`), since the mask `a.png` would fit either.
 
 Masks are single-channel PNGs of class indices: VOC's palette PNGs are read as
 their palette indices (not colours). 255 is the ignore label (VOC's object
@@ -88,33 +93,22 @@ def _find_voc(root):
     image_dir = os.path.join(root, "JPEGImages")
     mask_dir = os.path.join(root, "SegmentationClass")
     class_names, extra = _class_names(root, VOC_CLASS_NAMES)
-    images_by_stem = {
-        os.path.splitext(n)[0]: os.path.join(image_dir, n)
-        for n in sorted(storage.listdir(image_dir))
-        if n.lower().endswith(sources.IMAGE_FORMATS)
-    }
+    images_by_stem = sources.unique_stems(_files_in(image_dir, sources.IMAGE_FORMATS), image_dir)
     lists = sources.voc_split_lists(root, "Segmentation")
     if lists:
-        ids = {}
-        for split, path in lists.items():
-            extra.append(path)
-            lines = sources.read_lines(path)
-            ids[split] = [line.split()[0] for line in lines if line.strip()]
+        extra.extend(lists.values())
+        ids = sources.read_split_lists(lists)
     else:
-        ids = {
-            "train": [
-                os.path.splitext(n)[0]
-                for n in sorted(storage.listdir(mask_dir))
-                if n.lower().endswith(_MASK_FORMATS)
-            ]
-        }
+        ids = {"train": [(os.path.splitext(os.path.basename(p))[0], mask_dir)
+                         for p in _files_in(mask_dir, _MASK_FORMATS)]}
     splits = {}
     for split, stems in ids.items():
         splits[split] = []
-        for stem in stems:
-            mask = sources.resolve_inside(mask_dir, stem + ".png", lists.get(split, mask_dir))
+        for stem, where in stems:
+            mask = sources.resolve_inside(mask_dir, stem + ".png", where)
+            # A missing image or mask is an invalid example, reported at export.
             image = images_by_stem.get(stem) or sources.resolve_inside(
-                image_dir, stem + ".jpg", mask
+                image_dir, stem + ".jpg", where
             )
             splits[split].append(_record(root, image, mask))
             extra.append(mask)  # A changed mask must trigger a re-export.
@@ -123,33 +117,72 @@ def _find_voc(root):
     return _layout("voc_segmentation", splits, class_names, extra)
 
 
+def _files_in(directory, formats):
+    """The visible files of `directory` (not its subfolders) with an extension in `formats`."""
+    return [
+        os.path.join(directory, n)
+        for n in sorted(storage.listdir(directory))
+        if not n.startswith(".") and n.lower().endswith(formats)
+    ]
+
+
 def _find_pairs(root, follow_links):
     image_root, mask_root = os.path.join(root, "images"), os.path.join(root, "masks")
     subdirs = sources.visible_subdirs(image_root)
     if subdirs and set(subdirs) <= set(_SPLITS):
-        folders = {_SPLITS[s]: s for s in subdirs}
+        folders = sources.split_folders(subdirs, image_root)
+        for folder in folders.values():
+            if not storage.isdir(os.path.join(mask_root, folder)):
+                raise ValueError(
+                    f"{os.path.join(image_root, folder)!r} has no "
+                    f"{os.path.join(mask_root, folder)!r}: when images are in split "
+                    "folders, their masks are in split folders of the same names."
+                )
+        lists = {}
     else:
         folders = {"train": ""}
+        lists = sources.voc_split_lists(root, "Segmentation")
     class_names, extra = _class_names(root, [])
     splits = {}
     for split, folder in folders.items():
-        image_dir = os.path.join(image_root, folder)
-        mask_dir = os.path.join(mask_root, folder)
+        image_dir = os.path.join(image_root, folder) if folder else image_root
+        mask_dir = os.path.join(mask_root, folder) if folder else mask_root
         masks = {
             os.path.splitext(sources.relative_path(p, mask_dir))[0]: p
             for p in sources.iter_image_files(mask_dir, follow_links, _MASK_FORMATS)
         }
-        records = []
-        for image in sources.iter_image_files(image_dir, follow_links):
-            stem = os.path.splitext(sources.relative_path(image, image_dir))[0]
-            # A missing mask is an invalid example, reported at export.
-            mask = masks.get(stem, os.path.join(mask_dir, stem + ".png"))
-            records.append(_record(root, image, mask))
-            extra.append(mask)  # A changed (or added) mask must trigger a re-export.
-        splits[split] = records
+        images_by_stem = sources.unique_stems(
+            sources.iter_image_files(image_dir, follow_links), image_dir
+        )
+        if lists:
+            extra.extend(lists.values())
+            for list_split, stems in sources.read_split_lists(lists).items():
+                splits[list_split] = [
+                    _pair(root, _listed_image(images_by_stem, stem, where, image_dir),
+                          stem, masks, mask_dir, extra)
+                    for stem, where in stems
+                ]
+        else:
+            splits[split] = [
+                _pair(root, image, stem, masks, mask_dir, extra)
+                for stem, image in images_by_stem.items()
+            ]
     if not splits.get("train"):
         raise ValueError(f"No images found in {os.path.join(image_root, folders.get('train', ''))!r}.")
     return _layout("image_mask_pairs", splits, class_names, extra)
+
+
+def _listed_image(images_by_stem, stem, where, image_dir):
+    if stem not in images_by_stem:
+        raise ValueError(f"{where}: lists {stem!r}, but {image_dir!r} has no image of that name.")
+    return images_by_stem[stem]
+
+
+def _pair(root, image, stem, masks, mask_dir, extra):
+    # A missing mask is an invalid example, reported at export.
+    mask = masks.get(stem, os.path.join(mask_dir, stem + ".png"))
+    extra.append(mask)  # A changed (or added) mask must trigger a re-export.
+    return _record(root, image, mask)
 
 
 # --- Export -------------------------------------------------------------------
