@@ -34,7 +34,6 @@ into the folder; what has to be counted (the classes) is kept in memory.
 
 import datetime
 import hashlib
-import json
 import os
 
 import numpy as np
@@ -104,12 +103,8 @@ def check_export(folder, problem=None):
 
 
 def _read_json(path, expected):
-    try:
-        with storage.open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: malformed JSON ({e}).") from None
-    if not isinstance(data, dict) or not data:
+    data = sources.read_json_object(path, expected)
+    if not data:
         raise ValueError(f"{path}: expected {expected}. Received: {data!r:.200}")
     return data
 

@@ -159,16 +159,37 @@ def read_json_object(path, expected):
     """Loads a JSON file that must hold an object.
 
     Raises:
-        ValueError: malformed JSON, or not an object (`expected` says what
-            it should be); names the file.
+        ValueError: malformed JSON, a key repeated in one object (JSON
+            readers keep only the last one: an example or a field would be
+            lost without a word), or not an object (`expected` says what it
+            should be); names the file.
     """
     try:
-        with storage.open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(read_text(path), object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
         raise ValueError(f"{path}: malformed JSON ({e}).") from None
+    except _RepeatedKey as e:
+        raise ValueError(
+            f"{path}: the key {e.args[0]!r} is repeated in one object; JSON readers "
+            "keep only the last one. Give each entry its own key."
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected {expected}.")
+    return data
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
     return data
 
 

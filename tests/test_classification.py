@@ -236,3 +236,28 @@ def test_csv_errors_name_the_line_an_editor_shows(tmp_path):
         f.write(text)
     with pytest.raises(ValueError, match=r"train.csv:6: 'a' is listed again \(first at .*train.csv:2\)"):
         DatumDataset(root, verbose=False).export()
+
+
+def test_images_outside_the_class_folders_are_never_dropped_silently(tmp_path):
+    root = _split_folders(tmp_path / "src", splits=("train",))
+    rng = np.random.default_rng(1)
+    os.makedirs(os.path.join(root, "val"))
+    for i in range(2):
+        random_image(rng).save(os.path.join(root, "val", f"loose{i}.png"))
+    # An empty val split would be served, and none carved from train.
+    with pytest.raises(ValueError, match=r"val' holds 2 images outside the class folders .*no other images"):
+        DatumDataset(root, verbose=False).export()
+    os.makedirs(os.path.join(root, "val", "cat"))
+    random_image(rng).save(os.path.join(root, "val", "cat", "0.png"))
+    ds = DatumDataset(root, image_size=(16, 16), verbose=False)
+    with pytest.warns(UserWarning, match=r"val' holds 2 images outside the class folders .*left out"):
+        ds.export()
+    assert ds.num_examples == {"train": 6, "val": 1}
+
+
+def test_a_csv_without_its_split_folder_is_refused(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", 1)]})
+    with open(os.path.join(root, "val.csv"), "w") as f:
+        f.write("filename,label\nc,0\n")
+    with pytest.raises(ValueError, match=r"val.csv' has no 'val/' folder beside it"):
+        DatumDataset(root, verbose=False).export()

@@ -206,6 +206,47 @@ def test_yolo_folders_that_would_mix_up_labels_are_refused(tmp_path):
         DatumDataset(root, verbose=False).export()
 
 
+def _edit_coco(root, split, edit):
+    path = os.path.join(root, "annotations", f"instances_{split}.json")
+    with open(path) as f:
+        data = json.load(f)
+    edit(data)
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+@pytest.mark.parametrize(
+    "split, edit, match",
+    [
+        # One image dropped, and its boxes given to the other.
+        ("train", lambda d: d["images"][1].update(id=1), r"images\[0\] and images\[1\] have the same id 1"),
+        # One image as two examples, each with some of its boxes.
+        ("train", lambda d: d["images"][1].update(file_name="img000.png"),
+         r"images\[0\] and images\[1\] have the same file_name 'img000.png'"),
+        ("val", lambda d: d.update(categories=[{"id": 3, "name": "dog"}, {"id": 7, "name": "cat"}]),
+         r"instances_val.json: categories\[0\] names category id 3 'dog', but .*instances_train.json: categories\[1\] names it 'cat'"),
+        ("train", lambda d: d["categories"].append({"id": 9, "name": "cat"}),
+         r"both name a category 'cat' \(ids 3 and 9\)"),
+    ],
+)
+def test_coco_files_that_would_mislabel_are_refused(tmp_path, split, edit, match):
+    items = draw_items(6)
+    root = write_coco(tmp_path / "coco", {"train": items[:4], "val": items[4:]})
+    _edit_coco(root, split, edit)
+    with pytest.raises(ValueError, match=match):
+        DatumDataset(root, verbose=False).export()
+
+
+def test_a_detection_source_without_a_train_split_is_named(tmp_path):
+    items = draw_items(4)
+    root = write_coco(tmp_path / "coco", {"val": items})
+    with pytest.raises(ValueError, match=r"has the splits \['val'\] but no 'train' split: add annotations/instances_train.json"):
+        DatumDataset(root, verbose=False).export()
+    root = write_voc(tmp_path / "voc", items, split_lists={"val": [i[0] for i in items]})
+    with pytest.raises(ValueError, match=r"has the splits \['val'\] but no 'train' split: add a train.txt split list"):
+        DatumDataset(root, verbose=False).export()
+
+
 def _add_coco_category(root, category):
     path = os.path.join(root, "annotations", "instances_train.json")
     with open(path) as f:

@@ -244,3 +244,10 @@ def test_images_in_split_folders_need_masks_in_split_folders(tmp_path):
     os.rename(tmp_path / "pairs" / "masks" / "val", tmp_path / "pairs" / "masks_val")
     with pytest.raises(ValueError, match=r"images/val' has no .*masks/val'"):
         DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()
+
+
+def test_split_folders_beside_other_folders_are_refused(tmp_path):
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(14, 2), "val": _draw(15, 1), "extra": _draw(16, 1)})
+    # Read as one flat folder, val's images would be trained on.
+    with pytest.raises(ValueError, match=r"holds the split folders \['train', 'val'\] beside \['extra'\]"):
+        DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()

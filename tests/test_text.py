@@ -71,6 +71,9 @@ def test_datum_json_integer_labels_in_strings(tmp_path):
     ('{"1": {"text": 3, "label": {"p": 1}}}', r"train.json: example '1' needs a string 'text'"),
     ('{"1": {"text": "x", "label": {"p": 1, "q": 2}}}', r"example '1' needs a 'label' object with one key"),
     ('{"1": {"text": "x", "label": {"p": [1]}}}', r"label 'p' must be a class index or name"),
+    # json.load would keep only the second '1': an example lost without a word.
+    ('{"1": {"text": "x", "label": {"p": 1}}, "1": {"text": "y", "label": {"p": 0}}}',
+     r"train.json: the key '1' is repeated in one object"),
 ])
 def test_malformed_json_names_the_file_and_example(tmp_path, content, match):
     (tmp_path / "src").mkdir()

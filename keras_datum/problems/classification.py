@@ -29,6 +29,7 @@ import csv
 import io
 import os
 import re
+import warnings
 
 import tensorflow as tf
 
@@ -86,6 +87,7 @@ def find_folder_layout(
         splits[split] = _class_folder_records(
             folder, class_names, root, follow_links, formats
         )
+        _check_loose_files(folder, formats, what, bool(splits[split]))
     if not splits["train"]:
         raise ValueError(
             f"No {what} found in {class_root!r}. Expected files ending in one "
@@ -116,6 +118,29 @@ def _refuse_split_folders_with_others(root, subdirs):
                 f"{others}. A split-folders source holds only 'train/', "
                 "'val/' (or 'validation/') and 'test/': move the others out."
             )
+
+
+def _check_loose_files(folder, formats, what, has_records):
+    """Files beside the class folders have no class: Keras skips them too.
+
+    Raises when they are all the split has (a `val/` of loose images would
+    be an empty split), else warns with how many are left out.
+    """
+    loose = [
+        n for n in storage.listdir(folder)
+        if not n.startswith(".") and n.lower().endswith(formats)
+        and not storage.isdir(os.path.join(folder, n))
+    ]
+    if not loose:
+        return
+    message = (
+        f"{folder!r} holds {len(loose)} {what} outside the class folders "
+        f"(such as {sorted(loose)[0]!r}); they have no class"
+    )
+    if not has_records:
+        raise ValueError(f"{message}, and the folder has no other {what}. Move them "
+                         "into one folder per class.")
+    warnings.warn(f"{message} and are left out.", stacklevel=4)
 
 
 def _class_folder_records(directory, class_names, root, follow_links, formats):
@@ -156,6 +181,13 @@ def _find_csv_layout(root, follow_links):
             found[split] = (folder, csv_path)
     if not found:
         return None
+    for folder in SPLIT_FOLDERS:
+        csv_path = os.path.join(root, folder + ".csv")
+        if storage.isfile(csv_path) and not storage.isdir(os.path.join(root, folder)):
+            raise ValueError(
+                f"{csv_path!r} has no {folder + '/'!r} folder beside it: in the CSV "
+                "layout each split's images are in the folder named after its CSV."
+            )
     if "train" not in found:
         raise ValueError(
             f"{root!r} has CSV splits {sorted(found)} but no 'train.csv' "

@@ -174,6 +174,7 @@ def _find_voc(root, follow_links):
         ]
     if not any(splits.values()):
         raise ValueError(f"The VOC folder {root!r} lists no annotations.")
+    _require_train(splits, root, "a train.txt split list")
     return _detection_layout("voc", splits, class_names, extra)
 
 
@@ -221,10 +222,21 @@ def parse_coco_json(path):
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)
         ):
             raise ValueError(f"{path}: annotations[{index}].bbox must be 4 numbers [x, y, w, h].")
+    images_by_id, index_of_name = {}, {}
     for index, image in enumerate(image_items):
         if not isinstance(image["file_name"], str):
             raise ValueError(f"{path}: images[{index}].file_name must be a string.")
-    return {i["id"]: i for i in image_items}, annotations, categories
+        for key, seen in (("id", images_by_id), ("file_name", index_of_name)):
+            value = image[key]
+            if value in seen:
+                first = seen[value] if key == "file_name" else image_items.index(seen[value])
+                raise ValueError(
+                    f"{path}: images[{first}] and images[{index}] have the same "
+                    f"{key} {value!r}; each image must be listed once."
+                )
+        images_by_id[image["id"]] = image
+        index_of_name[image["file_name"]] = index
+    return images_by_id, annotations, categories
 
 
 def _coco_split(name):
@@ -243,12 +255,28 @@ def _find_coco(root, follow_links):
             files[match.group(1)] = os.path.join(annotation_dir, name)
     if not files:
         return None
-    parsed, categories = {}, {}
+    parsed, categories, named_in = {}, {}, {}
     for split_name, path in files.items():
         images_by_id, annotations, cats = parse_coco_json(path)
-        for cat in cats:
-            categories.setdefault(cat["id"], cat["name"])
+        for index, cat in enumerate(cats):
+            where = f"{path}: categories[{index}]"
+            name = categories.setdefault(cat["id"], cat["name"])
+            if name != cat["name"]:
+                raise ValueError(
+                    f"{where} names category id {cat['id']!r} {cat['name']!r}, but "
+                    f"{named_in[cat['id']]} names it {name!r}. One id is one class "
+                    "in every annotation file."
+                )
+            named_in.setdefault(cat["id"], where)
         parsed[split_name] = (path, images_by_id, annotations)
+    by_name = {}
+    for cat_id, name in categories.items():
+        if name in by_name:
+            raise ValueError(
+                f"{named_in[by_name[name]]} and {named_in[cat_id]} both name a category "
+                f"{name!r} (ids {by_name[name]!r} and {cat_id!r}); class names must differ."
+            )
+        by_name[name] = cat_id
     if len({type(i) for i in categories}) > 1:
         raise ValueError(
             f"{sorted(files.values())}: category ids mix integers and strings "
@@ -297,7 +325,15 @@ def _find_coco(root, follow_links):
         if split in splits:
             raise ValueError(f"{root!r} has two COCO annotation files for split {split!r}.")
         splits[split] = records
+    _require_train(splits, root, "annotations/instances_train.json")
     return _detection_layout("coco", splits, class_names, list(files.values()))
+
+
+def _require_train(splits, root, what):
+    if "train" not in splits:
+        raise ValueError(
+            f"{root!r} has the splits {sorted(splits)} but no 'train' split: add {what}."
+        )
 
 
 # --- YOLO -------------------------------------------------------------------

@@ -129,7 +129,15 @@ def _files_in(directory, formats):
 def _find_pairs(root, follow_links):
     image_root, mask_root = os.path.join(root, "images"), os.path.join(root, "masks")
     subdirs = sources.visible_subdirs(image_root)
-    if subdirs and set(subdirs) <= set(_SPLITS):
+    named = [d for d in subdirs if d in _SPLITS]
+    if named and len(named) < len(subdirs):
+        raise ValueError(
+            f"{image_root!r} holds the split folders {named} beside "
+            f"{[d for d in subdirs if d not in _SPLITS]}, so it is unclear whether "
+            "its images are split. Move the other folders into a split folder, or "
+            "rename the split folders."
+        )
+    if named:
         folders = sources.split_folders(subdirs, image_root)
         for folder in folders.values():
             if not storage.isdir(os.path.join(mask_root, folder)):
