@@ -664,6 +664,13 @@ def build(
         dataset = dataset.map(augmented(augment), num_parallel_calls=augment_calls)
     if hasattr(problem, "batch"):
         dataset = problem.batch(dataset, batch_size, options)
+        count = (
+            problem.batch_count(paths, batch_size, options)
+            if hasattr(problem, "batch_count") and whole and not repeat
+            else None
+        )
+        if count is not None:
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     elif batch_size is not None and not batched:
         dataset = dataset.batch(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic

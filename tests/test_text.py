@@ -94,6 +94,21 @@ def test_bucketing_groups_similar_lengths(tmp_path):
     assert seen == 40
 
 
+def test_bucketed_batches_have_a_known_length(tmp_path):
+    root, texts = write_text_folders(tmp_path / "src", per_class=20, seed=3)
+    ds = DatumDataset(root, batch_size=3, bucket_boundaries=[3, 7], validation_split=0.25,
+                      seed=1, verbose=False)
+    for split, dataset in (("train", ds.train()), ("train", ds.train(seed=5)), ("val", ds.val())):
+        sizes = [len(x) for x, _ in dataset]
+        # Each bucket ends with its own short batch: more batches than 40 / 3 makes.
+        assert sum(sizes) == ds.num_examples[split]
+        assert len(dataset) == len(sizes), split
+        assert len(dataset) == len([x for x, _ in dataset])  # The same again next epoch.
+    plain = DatumDataset(root, batch_size=3, validation_split=0.25, seed=1, verbose=False)
+    assert len(ds.train()) > len(plain.train()) == -(-ds.num_examples["train"] // 3)
+    assert ds.train(repeat=True).cardinality() == tf.data.INFINITE_CARDINALITY
+
+
 def test_invalid_utf8_is_reported(tmp_path):
     root, _ = write_text_folders(tmp_path / "src")
     (tmp_path / "src" / "pos" / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))

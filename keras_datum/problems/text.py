@@ -16,6 +16,7 @@ the one label key's values are class indices or class names. `y` follows
 
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from keras_datum import encode as encode_lib
@@ -181,10 +182,45 @@ def batch(dataset, batch_size, options):
     if not boundaries:
         return dataset.batch(batch_size, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.bucket_by_sequence_length(
-        element_length_func=lambda inputs: tf.size(tf.strings.split(inputs["text"])),
+        element_length_func=lambda inputs: tf.size(_words(inputs["text"])),
         bucket_boundaries=list(boundaries),
         bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
     )
+
+
+def _words(text):
+    """The length `bucket_boundaries` counts: whitespace-separated words."""
+    return tf.strings.split(text)
+
+
+_BATCH_COUNTS = {}
+
+
+def batch_count(paths, batch_size, options):
+    """How many batches `batch` makes of one pass over the shards `paths`,
+    or None when `batch` keeps the count itself.
+
+    tf.data cannot know how many batches length buckets make; each bucket
+    yields its full batches and one remainder per epoch, whatever the order,
+    so the count follows from how many texts fall in each bucket. The texts
+    are counted once per process (a fast pass over the text feature only).
+    """
+    boundaries = options["bucket_boundaries"]
+    if batch_size is None or not boundaries:
+        return None
+    key = (tuple((p, storage.stat(p)) for p in paths), tuple(boundaries), batch_size)
+    if key not in _BATCH_COUNTS:
+        spec = {"text": tf.io.FixedLenFeature([], tf.string)}
+        lengths = tf.data.TFRecordDataset(list(paths)).batch(1024).map(
+            lambda s: _words(tf.io.parse_example(s, spec)["text"]).row_lengths()
+        )
+        per_bucket = np.zeros(len(boundaries) + 1, np.int64)
+        for values in lengths.as_numpy_iterator():
+            # Bucket i holds boundaries[i - 1] <= length < boundaries[i].
+            buckets = np.searchsorted(boundaries, values, side="right")
+            per_bucket += np.bincount(buckets, minlength=len(per_bucket))
+        _BATCH_COUNTS[key] = int(sum(-(-n // batch_size) for n in per_bucket.tolist()))
+    return _BATCH_COUNTS[key]
 
 
 def to_keras(inputs):
