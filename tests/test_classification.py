@@ -261,3 +261,10 @@ def test_a_csv_without_its_split_folder_is_refused(tmp_path):
         f.write("filename,label\nc,0\n")
     with pytest.raises(ValueError, match=r"val.csv' has no 'val/' folder beside it"):
         DatumDataset(root, verbose=False).export()
+
+
+def test_split_folders_without_train_are_refused(tmp_path):
+    # Read as class folders, the classes would be 'test' and 'val'.
+    root = _split_folders(tmp_path / "src", splits=("val", "test"))
+    with pytest.raises(ValueError, match=r"holds only the split folders \['test', 'val'\], each with subfolders"):
+        DatumDataset(root, verbose=False).export()

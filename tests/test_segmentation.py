@@ -251,3 +251,15 @@ def test_split_folders_beside_other_folders_are_refused(tmp_path):
     # Read as one flat folder, val's images would be trained on.
     with pytest.raises(ValueError, match=r"holds the split folders \['train', 'val'\] beside \['extra'\]"):
         DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()
+
+
+def test_masks_sharing_a_name_and_lists_beside_split_folders_are_refused(tmp_path):
+    items = _draw(17, 2)
+    root = write_pairs(tmp_path / "a", {"train": items})
+    Image.fromarray(items[0][2], mode="L").save(tmp_path / "a" / "masks" / "train" / "s00.PNG")
+    with pytest.raises(ValueError, match=r"share the name 's00'"):
+        DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False).export()
+    root = write_pairs(tmp_path / "b", {"train": items[:1], "val": items[1:]})
+    _write_lists(tmp_path / "b", {"train": ["s01"]})
+    with pytest.raises(ValueError, match=r"holds split folders, and .*train\.txt'\] list splits too"):
+        DatumDataset(root, image_size=(H, W), verbose=False).export()

@@ -70,6 +70,7 @@ def find_folder_layout(
         if not storage.listdir(root):
             raise ValueError(f"The source folder {root!r} is empty.")
         _refuse_split_folders_with_others(root, subdirs)
+        _refuse_split_folders_without_train(root, subdirs)
         name, class_root, folders = "class_folders", root, {"train": root}
     class_names = sources.visible_subdirs(class_root)
     if not class_names:
@@ -118,6 +119,20 @@ def _refuse_split_folders_with_others(root, subdirs):
                 f"{others}. A split-folders source holds only 'train/', "
                 "'val/' (or 'validation/') and 'test/': move the others out."
             )
+
+
+def _refuse_split_folders_without_train(root, subdirs):
+    """`val/` and `test/` of class folders, and no `train/`: read as class
+    folders, the classes would be the split names."""
+    if not subdirs or not set(subdirs) <= set(SPLIT_FOLDERS):
+        return
+    if all(sources.visible_subdirs(os.path.join(root, d)) for d in subdirs):
+        raise ValueError(
+            f"{root!r} holds only the split folders {subdirs}, each with "
+            "subfolders: split folders need a 'train/' (its class folders name "
+            "the classes). To use these folders as classes, hold the images "
+            "directly in them."
+        )
 
 
 def _check_loose_files(folder, formats, what, has_records):

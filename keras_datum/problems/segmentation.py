@@ -146,7 +146,13 @@ def _find_pairs(root, follow_links):
                     f"{os.path.join(mask_root, folder)!r}: when images are in split "
                     "folders, their masks are in split folders of the same names."
                 )
-        lists = {}
+        lists = sources.voc_split_lists(root, "Segmentation")
+        if lists:
+            raise ValueError(
+                f"{image_root!r} holds split folders, and {sorted(lists.values())} "
+                "list splits too. Use one of the two: remove the lists, or put "
+                "the images in one folder."
+            )
     else:
         folders = {"train": ""}
         lists = sources.voc_split_lists(root, "Segmentation")
@@ -155,10 +161,9 @@ def _find_pairs(root, follow_links):
     for split, folder in folders.items():
         image_dir = os.path.join(image_root, folder) if folder else image_root
         mask_dir = os.path.join(mask_root, folder) if folder else mask_root
-        masks = {
-            os.path.splitext(sources.relative_path(p, mask_dir))[0]: p
-            for p in sources.iter_image_files(mask_dir, follow_links, _MASK_FORMATS)
-        }
+        masks = sources.unique_stems(
+            sources.iter_image_files(mask_dir, follow_links, _MASK_FORMATS), mask_dir
+        )
         images_by_stem = sources.unique_stems(
             sources.iter_image_files(image_dir, follow_links), image_dir
         )
