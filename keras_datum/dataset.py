@@ -12,6 +12,7 @@ from keras_datum import augment as augment_lib
 from keras_datum import cache as cache_lib
 from keras_datum import datum_format
 from keras_datum import distribute
+from keras_datum import encode as encode_lib
 from keras_datum import export as export_lib
 from keras_datum import images
 from keras_datum import pipeline
@@ -98,6 +99,10 @@ _CARVE_DEFAULTS = {
     "seed": DEFAULT_SEED,
     "problem": None,
     "follow_links": False,
+    # The "auto" cap of the default image_size, (256, 256): another cap
+    # (another image_size) gets its own folder, so that a sweep over image
+    # sizes never exports over the datasets it made before.
+    "max_image_side": AUTO_SIDE_FACTOR * 256,
 }
 
 
@@ -144,6 +149,12 @@ def _options_satisfied(cached, wanted):
     cached, wanted = dict(cached), dict(wanted)
     cached_side = cached.pop("max_image_side", None)
     wanted_side = wanted.pop("max_image_side", None)
+    # It follows the cap; a cache from before it was recorded has none and
+    # is not reused.
+    if ("min_image_side" in cached) != ("min_image_side" in wanted):
+        return False
+    cached.pop("min_image_side", None)
+    wanted.pop("min_image_side", None)
     side_ok = cached_side is None or (
         wanted_side is not None and cached_side >= wanted_side
     )
@@ -241,10 +252,12 @@ class DatumDataset:
         max_image_side: export-time size cap: images whose longer side is
             more than 25% over it are shrunk to it once, at export (JPEGs
             re-encoded at quality 95), instead of being decoded at full size
-            in every epoch. `"auto"` is `2 * max(image_size)`; `None` keeps
-            the originals. A cap near `image_size` makes every decoding epoch
-            cheaper, at the cost of detail for zooms and crops. A cache with
-            a larger (or no) cap is reused. Defaults to `"auto"`.
+            in every epoch; the shorter side is never shrunk below half the
+            cap. `"auto"` is `2 * max(image_size)`; `None` keeps the
+            originals. A cap near `image_size` makes every decoding epoch
+            cheaper, at the cost of detail for zooms and crops. Each cap gets
+            its own default cache folder; a cache with a larger (or no) cap
+            is reused. Defaults to `"auto"`.
         cache: keep the decoded split in memory, at the target size as uint8,
             from the first epoch on, so that later epochs decode nothing.
             `"auto"` caches when the decoded split fits `cache_budget`;
@@ -392,10 +405,14 @@ class DatumDataset:
             "follow_links": bool(follow_links),
             "problem": problem,
             "max_image_side": max_image_side,
+            # Recorded so that caches shrunk before the cap kept the shorter
+            # side are exported again.
+            "min_image_side": encode_lib.min_short_side(max_image_side),
             # One shard file per training worker at least, so that each
             # reads its own (see `_split`).
             "min_shards": 1 if strategy == "auto" else distribute.num_workers(strategy),
         }
+        self._default_cache_dir = not cache_dir
         if cache_dir:
             self.cache_dir = storage.abspath(os.fspath(cache_dir))
             if os.path.islink(self.cache_dir):
@@ -584,9 +601,11 @@ class DatumDataset:
         fingerprint = cache_lib.fingerprint(layout, self.source, sizes)
         fresh = not force and self._reexport == "auto"
         if fresh:
-            meta = self._fresh_cache(fingerprint)
-            if meta is not None:
-                return self._use(meta)
+            for folder in self._caches_to_try():
+                meta = self._fresh_cache(fingerprint, folder)
+                if meta is not None:
+                    self.cache_dir = folder
+                    return self._use(meta)
         with cache_lib.export_lock(self.cache_dir, LOCK_TIMEOUT_SECONDS):
             # Another process may have exported while this one waited.
             meta = self._fresh_cache(fingerprint) if fresh else None
@@ -608,8 +627,22 @@ class DatumDataset:
                 )
         return self._use(meta)
 
-    def _fresh_cache(self, fingerprint):
-        meta = cache_lib.read_metadata(self.cache_dir)
+    def _caches_to_try(self):
+        """This dataset's cache folder, then, for a default one, the other
+        caches of the source: one exported with a larger size cap (for a
+        larger `image_size`) serves this dataset too, without an export."""
+        if not self._default_cache_dir:
+            return [self.cache_dir]
+        others = [c for c in cache_lib.caches_of(self.source) if c != self.cache_dir]
+        return [self.cache_dir, *others]
+
+    def _fresh_cache(self, fingerprint, folder=None):
+        try:
+            meta = cache_lib.read_metadata(folder or self.cache_dir)
+        except cache_lib.CacheError:
+            if folder in (None, self.cache_dir):
+                raise
+            return None  # Another carve's damaged cache is its own business.
         if (
             meta is not None
             and meta["source_fingerprint"].get("digest") == fingerprint["digest"]

@@ -207,9 +207,26 @@ def _small_png(data, png, max_side):
     return EncodedImage(data, "png", *size, size, pixels.tobytes(), channels)
 
 
+def min_short_side(max_side):
+    """The shorter side a cap of `max_side` never shrinks an image below.
+
+    Shrinking only the longer side to the cap would leave a panorama (or
+    a tall scan) with a few pixels across; half the cap keeps at least
+    `max(image_size)` of them under the default cap, `2 * max(image_size)`.
+    """
+    return None if not max_side else max_side // 2
+
+
+def _cap_scale(width, height, max_side):
+    """The factor the cap shrinks an image by: its longer side goes to
+    `max_side`, unless that takes its shorter side below `min_short_side`."""
+    return max(max_side / max(width, height), min_short_side(max_side) / min(width, height))
+
+
 def _over_cap(width, height, max_side):
-    """Whether an image is shrunk to `max_side` (more than `CAP_SLACK` over it)."""
-    return bool(max_side) and max(width, height) > max_side * CAP_SLACK
+    """Whether an image is shrunk by the cap: only one more than
+    `CAP_SLACK` over its shrunk size is."""
+    return bool(max_side) and _cap_scale(width, height, max_side) * CAP_SLACK < 1
 
 
 def _upright_size(image, orientation):
@@ -229,9 +246,10 @@ def encode_image(path, max_side=None):
     Args:
         path: the image file.
         max_side: when the upright image's longer side exceeds this by more
-            than `CAP_SLACK` (25%), it is shrunk to it (aspect kept) and
-            re-encoded: JPEG sources as JPEG (quality 95), others as PNG.
-            `None` keeps every size.
+            than `CAP_SLACK` (25%), it is shrunk to it (aspect kept; the
+            shorter side never below `min_short_side`) and re-encoded: JPEG
+            sources as JPEG (quality 95), others as PNG. `None` keeps every
+            size.
 
     Returns:
         An `EncodedImage` with the bytes to store, their format, the stored
@@ -272,7 +290,7 @@ def encode_image(path, max_side=None):
             if keep:
                 image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
             elif too_big:
-                scale = max_side / max(width, height)
+                scale = _cap_scale(width, height, max_side)
                 image.draft(image.mode, (int(width * scale) + 1, int(height * scale) + 1))
         image.load()  # Decodes every block: this is the validation.
     except Image.DecompressionBombError as e:
@@ -296,7 +314,10 @@ def encode_image(path, max_side=None):
     if too_big:
         if upright.mode in ("P", "1"):
             upright = upright.convert("RGBA" if "transparency" in upright.info else "RGB")
-        upright.thumbnail((max_side, max_side), Image.Resampling.BICUBIC)
+        # From the source's size: a JPEG was decoded at a reduced size (draft).
+        scale = _cap_scale(width, height, max_side)
+        size = (max(1, round(source_size[1] * scale)), max(1, round(source_size[0] * scale)))
+        upright = upright.resize(size, Image.Resampling.BICUBIC, reducing_gap=2.0)
     fmt = "jpeg" if source_format == "JPEG" else "png"
     raw = _raw_pixels(upright) if fmt == "png" else (b"", 0)
     return EncodedImage(

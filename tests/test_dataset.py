@@ -348,6 +348,54 @@ def test_export_size_cap_shrinks_big_images_once(tmp_path):
     assert sizes["a/big.jpg"] == (300, 400, 3)
 
 
+def test_the_cap_keeps_a_panoramas_short_side(tmp_path):
+    from PIL import Image
+
+    os.makedirs(tmp_path / "src" / "a")
+    # 400 x 40 vertical stripes, 5 pixels wide: shrunk to a longer side of 16
+    # (twice the target), they would be 2 pixels tall and blurred to grey.
+    stripes = np.zeros((40, 400, 3), np.uint8)
+    stripes[:, (np.arange(400) // 5) % 2 == 0] = 255
+    Image.fromarray(stripes).save(tmp_path / "src" / "a" / "wide.png")
+    root = str(tmp_path / "src")
+    ds = DatumDataset(root, image_size=(8, 8), validation_split=None, interpolation="nearest",
+                      crop_to_aspect_ratio=True, batch_size=None, verbose=False)
+    (_, _, stored), = read_split(ds, "train")
+    assert stored.shape == (8, 80, 3)  # The shorter side kept at half the cap.
+    originals = DatumDataset(root, image_size=(8, 8), validation_split=None, interpolation="nearest",
+                             crop_to_aspect_ratio=True, max_image_side=None, batch_size=None,
+                             cache_dir=tmp_path / "orig", verbose=False)
+    (x, _), = list(ds.train())
+    (want, _), = list(originals.train())
+    # The stripes survive (shrinking 5x softens their edges): before, every
+    # pixel came out 128.
+    np.testing.assert_array_equal(x.numpy() > 128, want.numpy() > 128)
+    assert float(x.numpy().max() - x.numpy().min()) > 150
+
+
+def test_an_image_size_sweep_never_exports_over_its_datasets(class_folders):
+    small = DatumDataset(class_folders, image_size=(8, 8), batch_size=None, verbose=False)
+    val = small.val()
+    larger = DatumDataset(class_folders, image_size=(64, 64), batch_size=None, verbose=False)
+    larger.export()
+    assert larger.cache_dir != small.cache_dir
+    assert len(list(val)) == len(list(small.val())) == small.num_examples["val"]
+    # A smaller size reads the larger cap's cache: no export of its own.
+    smaller = DatumDataset(class_folders, image_size=(16, 16), batch_size=None, verbose=False)
+    smaller.export()
+    assert smaller.cache_dir == larger.cache_dir
+    assert smaller.info["created"] == larger.info["created"]
+
+
+def test_a_cache_from_before_the_short_side_rule_is_exported_again():
+    from keras_datum.dataset import _options_satisfied
+
+    now = {"validation_split": 0.2, "seed": 1, "max_image_side": 512, "min_image_side": 256}
+    before = {k: v for k, v in now.items() if k != "min_image_side"}
+    assert _options_satisfied(now, now)
+    assert not _options_satisfied(before, now)
+
+
 def test_a_cap_near_the_target_shrinks_what_is_more_than_25_percent_over(tmp_path):
     from PIL import Image
 
