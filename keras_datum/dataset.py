@@ -85,6 +85,12 @@ def _check_batch_size(batch_size):
     return None if batch_size is None else int(batch_size)
 
 
+def _check_bool(name, value):
+    # A string such as "no" would be true.
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+
+
 def _check_positive_or_none(name, value):
     if value is not None and not (_is_int(value) and value > 0):
         raise ValueError(
@@ -263,7 +269,8 @@ class DatumDataset:
             `"auto"` caches when the decoded split fits `cache_budget`;
             `True` always; `False` never. Defaults to `"auto"`. A cached
             split's seeded order and its pixels (rounded to uint8 after the
-            resize) differ from an uncached one's, so `"auto"` on machines
+            resize, and clipped to [0, 255]: a bicubic or Lanczos resize
+            overshoots) differ from an uncached one's, so `"auto"` on machines
             with other free memory can give other streams: pass `True` or
             `False` for one that repeats everywhere.
         cache_budget: bytes the automatic cache may use. Defaults to `None`:
@@ -349,6 +356,13 @@ class DatumDataset:
         _choice("label_mode", label_mode, classification.LABEL_MODES)
         _choice("color_mode", color_mode, tuple(images.CHANNELS))
         _choice("interpolation", interpolation, INTERPOLATIONS)
+        for name, value in (
+            ("crop_to_aspect_ratio", crop_to_aspect_ratio), ("shuffle", shuffle),
+            ("follow_links", follow_links), ("verbose", verbose),
+        ):
+            _check_bool(name, value)
+        if pad_to_aspect_ratio is not None:
+            _check_bool("pad_to_aspect_ratio", pad_to_aspect_ratio)
         if crop_to_aspect_ratio and pad_to_aspect_ratio:
             raise ValueError(
                 "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can "
@@ -751,6 +765,19 @@ class DatumDataset:
     ):
         _check_seed(seed)
         seed = None if seed is None else int(seed)
+        _check_bool("shuffle", shuffle)
+        _check_bool("repeat", repeat)
+        batch_size = self._batch_size if batch_size == "default" else batch_size
+        _check_batch_size(batch_size)
+        augmentations = augment_lib.resolve(
+            augment, batch_augment, pre_batching_callback, post_batching_callback
+        )
+        if batch_size is None and augmentations[1] is not None:
+            raise ValueError(
+                "`batch_augment` (or `post_batching_callback`) works on batches, "
+                "but `batch_size` is None: the examples are not batched. Pass a "
+                "batch_size, or use `augment` for per-example layers."
+            )
         meta = self._ensure_exported()
         guard = self._check_cache_unchanged(meta)
         if split not in meta["splits"]:
@@ -758,11 +785,6 @@ class DatumDataset:
                 f"This dataset has no {split!r} split. Its splits are "
                 f"{sorted(meta['splits'])}."
             )
-        batch_size = self._batch_size if batch_size == "default" else batch_size
-        _check_batch_size(batch_size)
-        augmentations = augment_lib.resolve(
-            augment, batch_augment, pre_batching_callback, post_batching_callback
-        )
         problem = problems.get(meta["problem"])
         if hasattr(problem, "check_augmentation"):
             for augmentation in augmentations:
@@ -950,6 +972,11 @@ class DatumDataset:
         """
         from keras_datum import visualize
 
+        for name, value in (("num_images", num_images), ("columns", columns)):
+            if not (_is_int(value) and value > 0):
+                raise ValueError(
+                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
+                )
         if self.info["problem"] == "text":
             raise ValueError(
                 "preview() draws images; for a text dataset look at "

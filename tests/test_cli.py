@@ -138,3 +138,23 @@ def test_bad_numbers_are_named_by_their_flag_before_any_work(tmp_path, capsys, a
     from keras_datum import cache
 
     assert not os.path.exists(cache.default_cache_dir(source))
+
+
+def test_preview_and_benchmark_read_an_unlabelled_csv_source(tmp_path, capsys):
+    import numpy as np
+    from conftest import random_image
+
+    root = tmp_path / "src"
+    os.makedirs(root / "train")
+    rng = np.random.default_rng(0)
+    with open(root / "train.csv", "w") as f:
+        f.write("filename\n")
+        for i in range(6):
+            random_image(rng).save(root / "train" / f"{i}.png")
+            f.write(f"{i}\n")
+    path = str(tmp_path / "grid.png")
+    assert cli.main(["preview", str(root), "--num-images", "4", "--path", path]) == 0
+    assert os.path.getsize(path) > 0
+    assert cli.main(["benchmark", str(root), "--image-size", "16", "--epochs", "1",
+                     "--batch-size", "2"]) == 0
+    assert "train: 5 examples" in capsys.readouterr().out

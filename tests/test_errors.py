@@ -142,3 +142,23 @@ def test_a_cache_dir_that_is_a_symlink_holds_the_cache_where_it_points(class_fol
     assert os.path.islink(link)
     assert os.path.isfile(target / "metadata.json")
     assert sum(ds.num_examples.values()) == 30
+
+
+@pytest.mark.parametrize("name", ["crop_to_aspect_ratio", "pad_to_aspect_ratio", "shuffle", "follow_links", "verbose"])
+def test_flags_must_be_booleans(tmp_path, name):
+    # "no" is a true string: it would switch the option on.
+    root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2})
+    with pytest.raises(ValueError, match=rf"`{name}` must be True or False. Received: {name}='no'"):
+        DatumDataset(root, **{name: "no"})
+
+
+def test_batch_augment_without_batches_and_bad_preview_arguments_are_named(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2})
+    ds = DatumDataset(root, image_size=(8, 8), batch_size=None, verbose=False)
+    with pytest.raises(ValueError, match=r"`batch_augment` \(or `post_batching_callback`\) works on batches, but `batch_size` is None"):
+        ds.train(batch_augment=lambda inputs: inputs)
+    with pytest.raises(ValueError, match=r"`shuffle` must be True or False"):
+        ds.train(shuffle="yes")
+    for name, value in (("num_images", 0), ("num_images", -1), ("columns", 0)):
+        with pytest.raises(ValueError, match=rf"`{name}` must be a positive integer. Received: {name}={value}"):
+            ds.preview(**{name: value})
