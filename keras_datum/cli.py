@@ -157,7 +157,7 @@ def _verify(args):
     return status
 
 
-def _label_mode(source):
+def _label_mode(source, follow_links):
     """`None` for a source without labels (a CSV without label columns),
     which reads `x` only; else the default, `"int"`."""
     from keras_datum import datum_format
@@ -166,7 +166,7 @@ def _label_mode(source):
 
     if not storage.isdir(source) or datum_format.is_export(source):
         return "int"  # The dataset names what is wrong with the source.
-    layout = problems.find_layout(source)
+    layout = problems.find_layout(source, follow_links=follow_links)
     return None if layout.info["label_spec"]["type"] == "none" else "int"
 
 
@@ -175,7 +175,8 @@ def _preview(args):
 
     ds = DatumDataset(
         args.source,
-        label_mode=_label_mode(args.source),
+        label_mode=_label_mode(args.source, args.follow_links),
+        follow_links=args.follow_links,
         image_size=(args.image_size, args.image_size),
         cache_dir=args.cache_dir,
         validation_split=args.validation_split,
@@ -193,7 +194,8 @@ def _benchmark(args):
     side = "auto" if args.max_image_side is None else args.max_image_side
     ds = DatumDataset(
         args.source,
-        label_mode=_label_mode(args.source),
+        label_mode=_label_mode(args.source, args.follow_links),
+        follow_links=args.follow_links,
         image_size=(args.image_size, args.image_size),
         batch_size=args.batch_size,
         cache_dir=args.cache_dir,
@@ -217,6 +219,7 @@ def _carve_flags(parser):
     that carve's cache instead of exporting the default one."""
     parser.add_argument("--validation-split", type=_fraction, default=0.2)
     parser.add_argument("--seed", type=_non_negative_int, default=None)
+    parser.add_argument("--follow-links", action="store_true")
 
 
 def build_parser():
@@ -231,7 +234,6 @@ def build_parser():
     export.add_argument("--cache-dir", default=None)
     _carve_flags(export)
     export.add_argument("--on-invalid", choices=["skip", "raise"], default="skip")
-    export.add_argument("--follow-links", action="store_true")
     export.add_argument("--force", action="store_true", help="export even if cached")
     export.add_argument(
         "--image-size", type=_positive_int, default=256,

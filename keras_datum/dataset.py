@@ -85,6 +85,16 @@ def _check_batch_size(batch_size):
     return None if batch_size is None else int(batch_size)
 
 
+# Read options of one problem type: (the problems they apply to, their
+# default). Set on a dataset of another type, they would do nothing.
+_PROBLEM_OPTIONS = {
+    "bucket_boundaries": (("text",), []),
+    "max_boxes": (("detection",), None),
+    "bounding_box_format": (("detection",), "xyxy"),
+    "bounding_box_class_key": (("detection",), "classes"),
+}
+
+
 def _check_bool(name, value):
     # A string such as "no" would be true.
     if not isinstance(value, (bool, np.bool_)):
@@ -667,6 +677,13 @@ class DatumDataset:
         return None
 
     def _resolve_read_options(self, problem):
+        for name, (owners, default) in _PROBLEM_OPTIONS.items():
+            value = self._read_options[name]
+            if problem not in owners and value != default:
+                raise ValueError(
+                    f"`{name}` applies to {' and '.join(owners)} datasets, and this "
+                    f"one is {problem}, so it would be ignored. Received: {name}={value!r}"
+                )
         if self._read_options["pad_to_aspect_ratio"] is None:
             self._read_options["pad_to_aspect_ratio"] = problem == detection.NAME
 

@@ -158,3 +158,12 @@ def test_preview_and_benchmark_read_an_unlabelled_csv_source(tmp_path, capsys):
     assert cli.main(["benchmark", str(root), "--image-size", "16", "--epochs", "1",
                      "--batch-size", "2"]) == 0
     assert "train: 5 examples" in capsys.readouterr().out
+
+
+def test_benchmark_with_follow_links_finds_that_export(tmp_path, capsys):
+    root = make_class_folders(tmp_path / "src", {"a": 4, "b": 4})
+    assert cli.main(["export", root, "--follow-links", "--image-size", "16"]) == 0
+    capsys.readouterr()
+    assert cli.main(["benchmark", root, "--follow-links", "--image-size", "16", "--epochs", "1",
+                     "--batch-size", "2"]) == 0
+    assert "export: none, the cache was up to date" in capsys.readouterr().out

@@ -162,3 +162,17 @@ def test_batch_augment_without_batches_and_bad_preview_arguments_are_named(tmp_p
     for name, value in (("num_images", 0), ("num_images", -1), ("columns", 0)):
         with pytest.raises(ValueError, match=rf"`{name}` must be a positive integer. Received: {name}={value}"):
             ds.preview(**{name: value})
+
+
+@pytest.mark.parametrize("name, value, owners", [
+    ("bucket_boundaries", [4, 8], "text"),
+    ("max_boxes", 5, "detection"),
+    ("bounding_box_format", "xywh", "detection"),
+    ("bounding_box_class_key", "labels", "detection"),
+])
+def test_options_of_another_problem_type_are_refused_before_export(tmp_path, name, value, owners):
+    root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2})
+    ds = DatumDataset(root, verbose=False, **{name: value})
+    with pytest.raises(ValueError, match=rf"`{name}` applies to {owners} datasets, and this one is classification"):
+        ds.export()
+    assert not os.path.exists(ds.cache_dir)
