@@ -128,35 +128,16 @@ def _files_in(directory, formats):
 
 def _find_pairs(root, follow_links):
     image_root, mask_root = os.path.join(root, "images"), os.path.join(root, "masks")
-    subdirs = sources.visible_subdirs(image_root)
-    named = [d for d in subdirs if d in _SPLITS]
-    if named and len(named) < len(subdirs):
+    folders = _pair_folders(image_root, mask_root)
+    lists = sources.voc_split_lists(root, "Segmentation")
+    if lists and folders != {"train": ""}:
         raise ValueError(
-            f"{image_root!r} holds the split folders {named} beside "
-            f"{[d for d in subdirs if d not in _SPLITS]}, so it is unclear whether "
-            "its images are split. Move the other folders into a split folder, or "
-            "rename the split folders."
+            f"{image_root!r} holds split folders, and {sorted(lists.values())} "
+            "list splits too. Use one of the two: remove the lists, or put "
+            "the images in one folder."
         )
-    if named:
-        folders = sources.split_folders(subdirs, image_root)
-        for folder in folders.values():
-            if not storage.isdir(os.path.join(mask_root, folder)):
-                raise ValueError(
-                    f"{os.path.join(image_root, folder)!r} has no "
-                    f"{os.path.join(mask_root, folder)!r}: when images are in split "
-                    "folders, their masks are in split folders of the same names."
-                )
-        lists = sources.voc_split_lists(root, "Segmentation")
-        if lists:
-            raise ValueError(
-                f"{image_root!r} holds split folders, and {sorted(lists.values())} "
-                "list splits too. Use one of the two: remove the lists, or put "
-                "the images in one folder."
-            )
-    else:
-        folders = {"train": ""}
-        lists = sources.voc_split_lists(root, "Segmentation")
     class_names, extra = _class_names(root, [])
+    extra.extend(lists.values())
     splits = {}
     for split, folder in folders.items():
         image_dir = os.path.join(image_root, folder) if folder else image_root
@@ -168,21 +149,47 @@ def _find_pairs(root, follow_links):
             sources.iter_image_files(image_dir, follow_links), image_dir
         )
         if lists:
-            extra.extend(lists.values())
-            for list_split, stems in sources.read_split_lists(lists).items():
-                splits[list_split] = [
-                    _pair(root, _listed_image(images_by_stem, stem, where, image_dir),
-                          stem, masks, mask_dir, extra)
+            listed = {
+                list_split: [
+                    (stem, _listed_image(images_by_stem, stem, where, image_dir))
                     for stem, where in stems
                 ]
+                for list_split, stems in sources.read_split_lists(lists).items()
+            }
         else:
-            splits[split] = [
-                _pair(root, image, stem, masks, mask_dir, extra)
-                for stem, image in images_by_stem.items()
+            listed = {split: list(images_by_stem.items())}
+        for name, pairs in listed.items():
+            splits[name] = [
+                _pair(root, image, stem, masks, mask_dir, extra) for stem, image in pairs
             ]
     if not splits.get("train"):
         raise ValueError(f"No images found in {os.path.join(image_root, folders.get('train', ''))!r}.")
     return _layout("image_mask_pairs", splits, class_names, extra)
+
+
+def _pair_folders(image_root, mask_root):
+    """{split: folder} of `images/<split>/` folders, each with its
+    `masks/<split>/`; `{"train": ""}` for one flat `images/` folder."""
+    subdirs = sources.visible_subdirs(image_root)
+    named = [d for d in subdirs if d in _SPLITS]
+    if not named:
+        return {"train": ""}
+    if len(named) < len(subdirs):
+        raise ValueError(
+            f"{image_root!r} holds the split folders {named} beside "
+            f"{[d for d in subdirs if d not in _SPLITS]}, so it is unclear whether "
+            "its images are split. Move the other folders into a split folder, or "
+            "rename the split folders."
+        )
+    folders = sources.split_folders(subdirs, image_root)
+    for folder in folders.values():
+        if not storage.isdir(os.path.join(mask_root, folder)):
+            raise ValueError(
+                f"{os.path.join(image_root, folder)!r} has no "
+                f"{os.path.join(mask_root, folder)!r}: when images are in split "
+                "folders, their masks are in split folders of the same names."
+            )
+    return folders
 
 
 def _listed_image(images_by_stem, stem, where, image_dir):
