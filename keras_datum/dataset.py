@@ -458,6 +458,9 @@ class DatumDataset:
             self.cache_dir = self.source
         else:
             _check_cache_outside_source(self.cache_dir, self.source)
+        # Where this dataset exports; `cache_dir` may instead name another
+        # cache of the source that serves it (see `_caches_to_try`).
+        self._own_cache_dir = self.cache_dir
         self._read_options = {
             "image_size": self._image_size,
             "label_mode": label_mode,
@@ -608,11 +611,19 @@ class DatumDataset:
                     verbose=self._verbose,
                 )
             )
+        # An export goes to this dataset's own folder, never over a cache of
+        # the source that it only borrowed (see `_caches_to_try`).
+        self.cache_dir = self._own_cache_dir
         export_lib.check_cache_target(self.cache_dir)
         if self._reexport == "never" and not force:
-            meta = cache_lib.read_metadata(self.cache_dir)
-            if meta is not None:
-                return self._use(meta)
+            for folder in self._caches_to_try():
+                meta = self._read_cache(folder)
+                if meta is not None and (
+                    folder == self._own_cache_dir
+                    or _options_satisfied(meta["export_options"], self._export_options)
+                ):
+                    self.cache_dir = folder
+                    return self._use(meta)
         layout = problems.find_layout(
             self.source,
             self._export_options["problem"],
@@ -655,18 +666,22 @@ class DatumDataset:
         """This dataset's cache folder, then, for a default one, the other
         caches of the source: one exported with a larger size cap (for a
         larger `image_size`) serves this dataset too, without an export."""
-        if not self._default_cache_dir:
-            return [self.cache_dir]
-        others = [c for c in cache_lib.caches_of(self.source) if c != self.cache_dir]
-        return [self.cache_dir, *others]
+        if not self._default_cache_dir or self._datum_export:
+            return [self._own_cache_dir]
+        others = [c for c in cache_lib.caches_of(self.source) if c != self._own_cache_dir]
+        return [self._own_cache_dir, *others]
 
-    def _fresh_cache(self, fingerprint, folder=None):
+    def _read_cache(self, folder):
+        """The metadata of the cache in `folder`, or None when there is none."""
         try:
-            meta = cache_lib.read_metadata(folder or self.cache_dir)
+            return cache_lib.read_metadata(folder)
         except cache_lib.CacheError:
-            if folder in (None, self.cache_dir):
+            if folder == self._own_cache_dir:
                 raise
             return None  # Another carve's damaged cache is its own business.
+
+    def _fresh_cache(self, fingerprint, folder=None):
+        meta = self._read_cache(folder or self.cache_dir)
         if (
             meta is not None
             and meta["source_fingerprint"].get("digest") == fingerprint["digest"]

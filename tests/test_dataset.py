@@ -385,6 +385,15 @@ def test_an_image_size_sweep_never_exports_over_its_datasets(class_folders):
     smaller.export()
     assert smaller.cache_dir == larger.cache_dir
     assert smaller.info["created"] == larger.info["created"]
+    # "never" trusts that cache too; a forced export goes to its own folder.
+    never = DatumDataset(class_folders, image_size=(16, 16), reexport="never", verbose=False)
+    assert never.info["created"] == larger.info["created"]
+    forced = smaller.export(force=True)
+    assert smaller.cache_dir != larger.cache_dir
+    assert forced["export_options"]["max_image_side"] == 32
+    again = DatumDataset(class_folders, image_size=(64, 64), verbose=False)
+    assert again.cache_dir == larger.cache_dir
+    assert again.info["created"] == larger.info["created"]
 
 
 def test_a_cache_from_before_the_short_side_rule_is_exported_again():
