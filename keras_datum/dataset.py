@@ -461,6 +461,7 @@ class DatumDataset:
         # Where this dataset exports; `cache_dir` may instead name another
         # cache of the source that serves it (see `_caches_to_try`).
         self._own_cache_dir = self.cache_dir
+        self._exported = False
         self._read_options = {
             "image_size": self._image_size,
             "label_mode": label_mode,
@@ -611,6 +612,8 @@ class DatumDataset:
                     verbose=self._verbose,
                 )
             )
+        # Whether this call wrote an export (`benchmark` reports it).
+        self._exported = False
         # An export goes to this dataset's own folder, never over a cache of
         # the source that it only borrowed (see `_caches_to_try`).
         self.cache_dir = self._own_cache_dir
@@ -660,6 +663,7 @@ class DatumDataset:
                     runner=runner,
                     beam_options=beam_options,
                 )
+                self._exported = True
         return self._use(meta)
 
     def _caches_to_try(self):

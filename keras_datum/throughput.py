@@ -13,7 +13,6 @@ import time
 
 import tensorflow as tf
 
-from keras_datum import cache
 from keras_datum import images
 from keras_datum import pipeline
 from keras_datum import storage
@@ -164,13 +163,6 @@ def measure(ds, split="train", epochs=3, keras=False):
         raise ValueError("Timing epochs needs batches: `batch_size` must not be None.")
     if split not in ("train", "val", "test"):
         raise ValueError(f"`split` must be 'train', 'val' or 'test'. Received: split={split!r}")
-    # The export may use another cache of the source (a larger size cap).
-    before = {}
-    for folder in ds._caches_to_try():
-        try:
-            before[folder] = (cache.read_metadata(folder) or {}).get("created")
-        except cache.CacheError:  # A damaged cache: the export replaces it.
-            pass
     start = time.perf_counter()
     meta = ds.export()
     export_seconds = time.perf_counter() - start
@@ -184,7 +176,7 @@ def measure(ds, split="train", epochs=3, keras=False):
         "batch_size": ds.global_batch_size,
         "cores": cores(),
         # A datum export is read in place: nothing is ever written.
-        "exported": not ds._datum_export and meta.get("created") != before.get(ds.cache_dir),
+        "exported": ds._exported,
         "in_place": ds._datum_export,
         "export_seconds": export_seconds,
         "cache": {
