@@ -1,6 +1,7 @@
 """`DatumDataset`: checks arguments, exports on first use, hands out splits."""
 
 import functools
+import inspect
 import json
 import numbers
 import os
@@ -85,13 +86,13 @@ def _check_batch_size(batch_size):
     return None if batch_size is None else int(batch_size)
 
 
-# Read options of one problem type: (the problems they apply to, their
-# default). Set on a dataset of another type, they would do nothing.
+# Read options of one problem type, and the problems they apply to. Set away
+# from their defaults on a dataset of another type, they would do nothing.
 _PROBLEM_OPTIONS = {
-    "bucket_boundaries": (("text",), []),
-    "max_boxes": (("detection",), None),
-    "bounding_box_format": (("detection",), "xyxy"),
-    "bounding_box_class_key": (("detection",), "classes"),
+    "bucket_boundaries": ("text",),
+    "max_boxes": ("detection",),
+    "bounding_box_format": ("detection",),
+    "bounding_box_class_key": ("detection",),
 }
 
 
@@ -108,18 +109,49 @@ def _check_positive_or_none(name, value):
         )
 
 
-# The export options that change what an export holds, at their defaults: a
-# dataset that changes one gets its own default cache folder.
-_CARVE_DEFAULTS = {
-    "validation_split": 0.2,
-    "seed": DEFAULT_SEED,
-    "problem": None,
-    "follow_links": False,
-    # The "auto" cap of the default image_size, (256, 256): another cap
-    # (another image_size) gets its own folder, so that a sweep over image
-    # sizes never exports over the datasets it made before.
-    "max_image_side": AUTO_SIDE_FACTOR * 256,
-}
+# The export options that change what an export holds: a dataset that sets
+# one away from its default gets its own default cache folder. That includes
+# the size cap, so that a sweep over image sizes never exports over the
+# datasets it made before.
+_CARVE_OPTIONS = ("validation_split", "seed", "problem", "follow_links", "max_image_side")
+
+
+def _export_options(image_size, validation_split, seed, follow_links, problem,
+                    max_image_side, min_shards):
+    """The export options recorded in the cache, from checked arguments."""
+    if max_image_side == "auto":
+        # Twice the target keeps enough detail for random crops and zooms
+        # while a 12 MP photo shrinks to a few hundred kilobytes, once.
+        max_image_side = AUTO_SIDE_FACTOR * max(image_size)
+    max_image_side = None if max_image_side is None else int(max_image_side)
+    return {
+        "validation_split": float(validation_split or 0.0),
+        "seed": DEFAULT_SEED if seed is None else int(seed),
+        "follow_links": bool(follow_links),
+        "problem": problem,
+        "max_image_side": max_image_side,
+        # Recorded so that caches shrunk before the cap kept the shorter
+        # side are exported again.
+        "min_image_side": encode_lib.min_short_side(max_image_side),
+        # One shard file per training worker at least, so that each reads
+        # its own (see `_split`).
+        "min_shards": min_shards,
+    }
+
+
+@functools.cache
+def _defaults():
+    """`DatumDataset`'s argument defaults, and its carve options at them."""
+    params = inspect.signature(DatumDataset).parameters
+    given = {name: p.default for name, p in params.items() if name != "source"}
+    options = _export_options(
+        **{name: given[name] for name in (
+            "image_size", "validation_split", "seed", "follow_links", "problem",
+            "max_image_side",
+        )},
+        min_shards=1,
+    )
+    return given, {name: options[name] for name in _CARVE_OPTIONS}
 
 
 def _check_cache_outside_source(cache_dir, source):
@@ -406,12 +438,8 @@ class DatumDataset:
         _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
         _choice("on_invalid", on_invalid, ON_INVALID)
         _choice("reexport", reexport, REEXPORT_MODES)
-        if max_image_side == "auto":
-            # Twice the target keeps enough detail for random crops and zooms
-            # while a 12 MP photo shrinks to a few hundred kilobytes, once.
-            max_image_side = AUTO_SIDE_FACTOR * max(self._image_size)
-        _check_positive_or_none("max_image_side", max_image_side)
-        max_image_side = None if max_image_side is None else int(max_image_side)
+        if max_image_side != "auto":
+            _check_positive_or_none("max_image_side", max_image_side)
         _choice("cache", cache, ("auto", True, False))
         _check_positive_or_none("cache_budget", cache_budget)
         distribute.check_strategy(strategy)
@@ -423,18 +451,21 @@ class DatumDataset:
             raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
 
         self.source = storage.abspath(source)
-        self._export_options = {
-            "validation_split": float(validation_split or 0.0),
-            "seed": DEFAULT_SEED if seed is None else seed,
-            "follow_links": bool(follow_links),
-            "problem": problem,
-            "max_image_side": max_image_side,
-            # Recorded so that caches shrunk before the cap kept the shorter
-            # side are exported again.
-            "min_image_side": encode_lib.min_short_side(max_image_side),
-            # One shard file per training worker at least, so that each
-            # reads its own (see `_split`).
-            "min_shards": 1 if strategy == "auto" else distribute.num_workers(strategy),
+        self._export_options = _export_options(
+            self._image_size, validation_split, seed, follow_links, problem,
+            max_image_side,
+            min_shards=1 if strategy == "auto" else distribute.num_workers(strategy),
+        )
+        defaults, carve_defaults = _defaults()
+        # Checked against the problem once it is known (`_resolve_read_options`).
+        self._problem_options_set = {
+            name: value
+            for name, value in (
+                ("bucket_boundaries", bucket_boundaries), ("max_boxes", max_boxes),
+                ("bounding_box_format", bounding_box_format),
+                ("bounding_box_class_key", bounding_box_class_key),
+            )
+            if value != defaults[name]
         }
         self._default_cache_dir = not cache_dir
         if cache_dir:
@@ -447,7 +478,7 @@ class DatumDataset:
             variant = {
                 key: value
                 for key, value in self._export_options.items()
-                if key in _CARVE_DEFAULTS and value != _CARVE_DEFAULTS[key]
+                if key in carve_defaults and value != carve_defaults[key]
             }
             self.cache_dir = cache_lib.default_cache_dir(self.source, variant)
         # A datum export is read in place, like a cache: nothing is exported
@@ -696,9 +727,9 @@ class DatumDataset:
         return None
 
     def _resolve_read_options(self, problem):
-        for name, (owners, default) in _PROBLEM_OPTIONS.items():
-            value = self._read_options[name]
-            if problem not in owners and value != default:
+        for name, value in self._problem_options_set.items():
+            owners = _PROBLEM_OPTIONS[name]
+            if problem not in owners:
                 raise ValueError(
                     f"`{name}` applies to {' and '.join(owners)} datasets, and this "
                     f"one is {problem}, so it would be ignored. Received: {name}={value!r}"

@@ -104,6 +104,15 @@ def split_folders(names, directory):
     return folders
 
 
+def require_train(splits, root, what):
+    """Raises a ValueError naming `what` to add when `splits` (names, or a
+    dict keyed by them) has no `train` split."""
+    if "train" not in splits:
+        raise ValueError(
+            f"{root!r} has the splits {sorted(splits)} but no 'train' split: add {what}."
+        )
+
+
 def iter_image_files(directory, follow_links=False, formats=IMAGE_FORMATS):
     """Yields the paths of files ending in `formats` below `directory`, in Keras's order.
 

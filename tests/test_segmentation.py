@@ -244,6 +244,10 @@ def test_images_in_split_folders_need_masks_in_split_folders(tmp_path):
     os.rename(tmp_path / "pairs" / "masks" / "val", tmp_path / "pairs" / "masks_val")
     with pytest.raises(ValueError, match=r"images/val' has no .*masks/val'"):
         DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()
+    # Split folders without train/: the error says which split is missing.
+    root = write_pairs(tmp_path / "no_train", {"val": _draw(12, 1), "test": _draw(13, 1)})
+    with pytest.raises(ValueError, match=r"splits \['test', 'val'\] but no 'train' split: add an 'images/train/' folder"):
+        DatumDataset(root, image_size=(H, W), batch_size=None, verbose=False).export()
 
 
 def test_split_folders_beside_other_folders_are_refused(tmp_path):

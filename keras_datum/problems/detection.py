@@ -174,7 +174,7 @@ def _find_voc(root, follow_links):
         ]
     if not any(splits.values()):
         raise ValueError(f"The VOC folder {root!r} lists no annotations.")
-    _require_train(splits, root, "a train.txt split list")
+    sources.require_train(splits, root, "a train.txt split list")
     return _detection_layout("voc", splits, class_names, extra)
 
 
@@ -325,15 +325,8 @@ def _find_coco(root, follow_links):
         if split in splits:
             raise ValueError(f"{root!r} has two COCO annotation files for split {split!r}.")
         splits[split] = records
-    _require_train(splits, root, "annotations/instances_train.json")
+    sources.require_train(splits, root, "annotations/instances_train.json")
     return _detection_layout("coco", splits, class_names, list(files.values()))
-
-
-def _require_train(splits, root, what):
-    if "train" not in splits:
-        raise ValueError(
-            f"{root!r} has the splits {sorted(splits)} but no 'train' split: add {what}."
-        )
 
 
 # --- YOLO -------------------------------------------------------------------

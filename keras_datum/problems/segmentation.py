@@ -182,6 +182,7 @@ def _pair_folders(image_root, mask_root):
             "rename the split folders."
         )
     folders = sources.split_folders(subdirs, image_root)
+    sources.require_train(folders, image_root, "an 'images/train/' folder")
     for folder in folders.values():
         if not storage.isdir(os.path.join(mask_root, folder)):
             raise ValueError(
