@@ -74,19 +74,21 @@ def decode(parsed, options):
     split = options.get("stored_images")  # `stored_images` of the split, if known.
     if "image/pixels" not in parsed or (split and split["raw"] == "none"):
         # No raw pixels (or caches from before them).
-        return _decode_encoded(parsed, options, channels)
-    stored = parsed["image/channels"]
-    if split and split["raw"] == "all" and all(
+        image = _decode_encoded(parsed, options, channels)
+    elif split and split["raw"] == "all" and all(
         c == 1 or (c == 3 and channels >= 3) for c in split["raw_channels"]
     ):
-        image = _from_pixels(parsed, stored, channels)
+        image = _from_pixels(parsed, parsed["image/channels"], channels)
     else:
+        stored = parsed["image/channels"]
         usable = (stored == 1) | ((stored == 3) & (channels >= 3))
         image = tf.cond(
             usable,
             lambda: _from_pixels(parsed, stored, channels),
             lambda: _decode_encoded(parsed, options, channels),
         )
+    # Known for every mode: the RGBA of a JPEG is built by a `tf.cond` that
+    # leaves it unknown, and the model needs it.
     image.set_shape([None, None, channels])
     return image
 

@@ -87,6 +87,9 @@ def test_color_modes_and_aspect_options(tmp_path):
         ds = DatumDataset(root, image_size=(20, 20), verbose=False, **kwargs)
         x, _ = next(iter(ds.train()))
         assert x.shape[1:] == (20, 20, channels)
+        # Known before any batch is read, as Keras's: a model needs the channels.
+        for split in (ds.train(), ds.val()):
+            assert split.element_spec[0].shape.as_list() == [None, 20, 20, channels]
     # Padding a 10x30 image to a square leaves black bands top and bottom.
     ds = DatumDataset(root, image_size=(30, 30), pad_to_aspect_ratio=True, verbose=False)
     x, _ = next(iter(ds.train()))
@@ -426,6 +429,11 @@ def test_rgba_reads_jpegs_with_an_opaque_alpha(tmp_path):
     ds = DatumDataset(root, image_size=(16, 16), color_mode="rgba", validation_split=None, verbose=False)
     x, _ = next(iter(ds.train()))
     assert x.shape[-1] == 4 and float(tf.reduce_min(x[..., 3])) == 255.0
+    # Known before any batch is read, as Keras's: a Conv2D needs the channels.
+    assert ds.train().element_spec[0].shape.as_list() == [None, 16, 16, 4]
+    model = keras.Sequential([keras.layers.Conv2D(2, 3), keras.layers.GlobalAveragePooling2D()])
+    model.compile("sgd", "mse")
+    model.fit(ds.train().map(lambda x, y: (x, tf.zeros([tf.shape(x)[0], 2]))), verbose=0)
 
 
 def test_a_big_validation_split_never_empties_a_class(tmp_path):
