@@ -151,6 +151,13 @@ def _block_records(paths, counts):
     return max(1, min(COUNT_BLOCK, BLOCK_BYTES // record_bytes))
 
 
+def _literal_pattern(path):
+    """`path` as a `tf.io.matching_files` pattern that matches only itself:
+    a cache folder named `run[1]` or `a*b` would otherwise match nothing (or
+    other files), and its checks would pass without looking."""
+    return tf.strings.regex_replace(path, r"([*?\[\]\\])", r"\\\1")
+
+
 def _shard_blocks(path, expected, index, block):
     """One shard's records in blocks of `block`, then an end marker.
 
@@ -167,7 +174,7 @@ def _shard_blocks(path, expected, index, block):
     # `ignore_errors` would retry a missing file forever, so a missing shard
     # is caught first, with its own message.
     present = tf.debugging.Assert(
-        tf.equal(tf.size(tf.io.matching_files(path)), 1),
+        tf.equal(tf.size(tf.io.matching_files(_literal_pattern(path))), 1),
         [tf.strings.join(["Shard ", path, " is missing. Run `keras-datum verify`."])],
     )
     with tf.control_dependencies([present]):
@@ -238,10 +245,10 @@ def _guarded(files, guard):
     message = stale_cache_message(os.path.dirname(metadata_path))
 
     def check(path, count, index):
-        # Missing for a moment while another export commits (two renames),
-        # or unmatched for a path with glob characters: not checked then.
+        # Missing for a moment while another export commits (two renames):
+        # not checked then.
         same = tf.cond(
-            tf.size(tf.io.matching_files(metadata_path)) > 0,
+            tf.size(tf.io.matching_files(_literal_pattern(metadata_path))) > 0,
             lambda: tf.equal(export_key(tf.io.read_file(metadata_path)), key),
             lambda: tf.constant(True),
         )
@@ -268,15 +275,6 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block,
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
     files = _guarded(files, guard)
     cycle_length = max(1, min(len(paths), MAX_INTERLEAVE))
-    # Shard names are plain, but a cache folder with glob characters in its
-    # path cannot be checked with `matching_files`: it reads shards plainly.
-    if any(c in path for path in paths for c in "*?[]\\"):
-        return files.interleave(
-            lambda path, count, index: tf.data.TFRecordDataset(path).batch(block),
-            cycle_length=cycle_length,
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        )
     blocks = files.interleave(
         lambda path, count, index: _shard_blocks(path, count, index, block),
         cycle_length=cycle_length,

@@ -210,13 +210,14 @@ def test_a_dataset_refuses_a_cache_exported_over_it(class_folders, tmp_path):
     assert len(list(DatumDataset(class_folders, cache_dir=shared, seed=2, verbose=False).val())) > 0
 
 
-@pytest.mark.parametrize("cache_decoded", [True, False])
+# A folder name with glob characters is checked all the same.
+@pytest.mark.parametrize("cache_decoded,name", [(True, "shared"), (False, "shared"), (False, "shared[1]*?")])
 def test_a_split_built_before_another_carve_was_exported_over_it_fails_loudly(
-    class_folders, tmp_path, cache_decoded
+    class_folders, tmp_path, cache_decoded, name
 ):
     import tensorflow as tf
 
-    shared = tmp_path / "shared"
+    shared = tmp_path / name
     first = DatumDataset(class_folders, cache_dir=shared, seed=1, cache=cache_decoded, verbose=False)
     train = first.train()
     # Same counts, other carve: without the check this would read the other

@@ -151,9 +151,9 @@ def _flip_a_byte(path, offset_fraction=0.5):
         f.write(data)
 
 
-def _one_shard_dataset(tmp_path):
+def _one_shard_dataset(tmp_path, cache_dir=None):
     root = make_class_folders(tmp_path / "src", {"a": 10, "b": 10})
-    ds = DatumDataset(root, validation_split=None, image_size=(16, 16), verbose=False)
+    ds = DatumDataset(root, validation_split=None, image_size=(16, 16), cache_dir=cache_dir, verbose=False)
     ds.export()
     (shard,) = [n for n in os.listdir(ds.cache_dir) if n.endswith(".tfrecord")]
     return root, ds, os.path.join(ds.cache_dir, shard)
@@ -180,12 +180,14 @@ def test_verify_finds_a_missing_shard_and_bad_metadata(tmp_path, capsys):
     assert "metadata.json' is invalid" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("cache", [True, False])
-def test_reading_a_damaged_shard_names_it(tmp_path, cache):
-    root, _, shard = _one_shard_dataset(tmp_path)
+# A cache folder whose name holds glob characters is checked all the same.
+@pytest.mark.parametrize("cache,folder", [(True, None), (False, None), (False, "run[1]*?")])
+def test_reading_a_damaged_shard_names_it(tmp_path, cache, folder):
+    cache_dir = folder and tmp_path / folder
+    root, _, shard = _one_shard_dataset(tmp_path, cache_dir)
     _flip_a_byte(shard)
     ds = DatumDataset(root, validation_split=None, image_size=(16, 16), reexport="never",
-                      cache=cache, verbose=False)
+                      cache=cache, cache_dir=cache_dir, verbose=False)
     with pytest.raises(Exception, match=rf"Shard {re.escape(shard)} is damaged: it yielded \d+ of its 20 records"):
         for _ in ds.train():
             pass
