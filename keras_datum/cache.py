@@ -195,13 +195,13 @@ def read_metadata(cache_dir):
     """
     path = os.path.join(cache_dir, METADATA_FILE)
     try:
-        with storage.open(path, encoding="utf-8") as f:
-            text = f.read()
+        with storage.open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         return None
     try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as e:
+        meta = json.loads(data.decode("utf-8"))
+    except ValueError as e:  # Not UTF-8 (UnicodeDecodeError), or not JSON.
         raise CacheError(
             f"The cache metadata {path!r} is not valid JSON ({e}). Delete the "
             "cache folder or pass reexport='always' to rebuild it."

@@ -11,6 +11,7 @@ import pytest
 from keras_datum import CacheError
 from keras_datum import DatumDataset
 from keras_datum import cache
+from keras_datum import cli
 
 
 def _exported(class_folders):
@@ -19,15 +20,20 @@ def _exported(class_folders):
     return ds
 
 
-def test_truncated_metadata_gets_a_clear_error(class_folders):
+@pytest.mark.parametrize("damage", ["truncated", "not utf-8"])
+def test_damaged_metadata_gets_a_clear_error(class_folders, tmp_path, damage):
     ds = _exported(class_folders)
     path = os.path.join(ds.cache_dir, "metadata.json")
-    with open(path) as f:
-        text = f.read()
-    with open(path, "w") as f:
-        f.write(text[: len(text) // 2])
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2] if damage == "truncated" else b"\xff" + data[1:])
     with pytest.raises(CacheError, match=r"metadata .*metadata.json' is not valid JSON"):
         DatumDataset(class_folders, verbose=False).export()
+    assert cli.main(["verify", ds.cache_dir]) == 1
+    # Another carve's dataset never reads that cache, damaged or not.
+    other = DatumDataset(class_folders, validation_split=0.5, verbose=False)
+    assert other.num_examples == {"train": 15, "val": 15}
 
 
 @pytest.mark.parametrize(

@@ -268,3 +268,19 @@ def test_split_folders_without_train_are_refused(tmp_path):
     root = _split_folders(tmp_path / "src", splits=("val", "test"))
     with pytest.raises(ValueError, match=r"holds only the split folders \['test', 'val'\], each with subfolders"):
         DatumDataset(root, verbose=False).export()
+
+
+def test_a_class_folder_named_in_another_encoding_is_named(tmp_path):
+    # "café" in Latin-1, as an old zip archive may leave it: the metadata and
+    # label files are UTF-8, so the folder is named before any work starts.
+    root = tmp_path / "src"
+    rng = np.random.default_rng(0)
+    for folder in (b"caf\xe9", b"tea"):
+        path = os.path.join(os.fsencode(root), folder)
+        os.makedirs(path)
+        random_image(rng, (8, 8)).save(os.path.join(path, b"0.png").decode("utf-8", "surrogateescape"))
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(root, cache_dir=cache_dir, validation_split=None, verbose=False)
+    with pytest.raises(ValueError, match=r"The class name b'caf\\xe9' in .* is not valid UTF-8 .*'café'"):
+        ds.export()
+    assert not cache_dir.exists()

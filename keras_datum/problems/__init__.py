@@ -24,6 +24,8 @@ A problem module provides:
 The shared machinery (export, cache, pipeline) calls only these.
 """
 
+import os
+
 from keras_datum import sources
 from keras_datum.problems import classification
 from keras_datum.problems import detection
@@ -56,8 +58,25 @@ def find_layout(root, problem=None, follow_links=False):
         for module in candidates:
             layout = module.find_layout(root, follow_links=follow_links)
             if layout is not None:
+                _check_class_names(layout, root)
                 return layout
     raise ValueError(
         f"Could not recognise a {problem or 'known'} layout in {root!r}. "
         "See docs/layouts.md for the folder trees keras_datum reads."
     )
+
+
+def _check_class_names(layout, root):
+    """Class names are written as UTF-8 (metadata, TFDS label files): a
+    folder named in another encoding (`caf\\xe9` from an old zip) is named
+    here instead of failing the export halfway."""
+    for name in layout.info.get("class_names", []):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(name)
+            raise ValueError(
+                f"The class name {raw!r} in {root!r} is not valid UTF-8 (a folder "
+                f"named in another encoding, perhaps {raw.decode('latin-1')!r}). "
+                "Rename it."
+            ) from None
