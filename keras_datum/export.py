@@ -454,8 +454,20 @@ def _size_stats(sizes):
     }
 
 
-def check_cache_target(cache_dir):
-    """Refuses to replace a folder that is not a keras_datum cache.
+# What an export writes into its folder besides the fixed files: the next
+# export replaces them all.
+_OWN_NAME = re.compile(r".+-\d{5}-of-\d{5}\.tfrecord|.+\.labels\.txt")
+_OWN_FILES = (
+    cache.METADATA_FILE, cache.REPORT_FILE, tfds_metadata.FEATURES_FILE,
+    tfds_metadata.DATASET_INFO_FILE, COMMIT_MARKER,
+)
+
+
+def check_cache_target(cache_dir, replacing=False):
+    """Refuses to replace a folder that is not a keras_datum cache, and,
+    with `replacing` (an export is about to replace it), a cache that holds
+    files keras_datum did not write (a model saved into it, say): the commit
+    would delete them.
 
     Raises:
         ValueError: `cache_dir` holds files that keras_datum did not write.
@@ -476,6 +488,17 @@ def check_cache_target(cache_dir):
         )
     if storage.exists(cache_dir) and not storage.isdir(cache_dir):
         raise ValueError(f"`cache_dir` {cache_dir!r} exists and is not a folder.")
+    if replacing and storage.isdir(cache_dir):
+        foreign = sorted(
+            name for name in storage.listdir(cache_dir)
+            if name not in _OWN_FILES and not _OWN_NAME.fullmatch(name)
+        )
+        if foreign:
+            raise ValueError(
+                f"The cache {cache_dir!r} holds files keras_datum did not write: "
+                f"{foreign}. Exporting again replaces the folder, which would "
+                "delete them: move them out first."
+            )
 
 
 def remove_leftovers(cache_dir):
@@ -567,7 +590,7 @@ def export_layout(
         OSError: the cache location cannot be written (disk full, no
             permission); no partial cache is left behind.
     """
-    check_cache_target(cache_dir)
+    check_cache_target(cache_dir, replacing=True)
     remove_leftovers(cache_dir)
     seed = export_options["seed"]
     splits, carved = plan_splits(layout, export_options["validation_split"], seed)

@@ -119,6 +119,21 @@ def test_cache_dir_holding_user_files_is_never_overwritten(class_folders, tmp_pa
     assert os.listdir(precious) == ["thesis.tex"]
 
 
+def test_files_saved_into_a_cache_are_never_deleted_by_an_export(class_folders, tmp_path):
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(class_folders, cache_dir=cache_dir, verbose=False)
+    ds.export()
+    (cache_dir / "best_model.keras").write_text("weights")
+    (cache_dir / "logs").mkdir()
+    # Reading the cache leaves them alone.
+    assert len(list(DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).val())) > 0
+    # Exporting again would replace the folder, so it is refused, naming them.
+    with pytest.raises(ValueError, match=r"holds files keras_datum did not write: \['best_model.keras', 'logs'\]"):
+        DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).export(force=True)
+    assert (cache_dir / "best_model.keras").read_text() == "weights" and (cache_dir / "logs").is_dir()
+    assert DatumDataset(class_folders, cache_dir=cache_dir, reexport="never", verbose=False).num_examples == ds.num_examples
+
+
 def test_numpy_numbers_are_accepted_and_stored_as_python_ones(class_folders):
     import numpy as np
 
