@@ -17,8 +17,10 @@ use `gs://` (or another shared file system) for both.
 Needs the `beam` extra: `pip install "keras-datum[beam]"`.
 """
 
+import contextlib
 import dataclasses
 import functools
+import io
 import json
 import os
 import socket
@@ -71,20 +73,42 @@ def pipeline_options(runner, beam_options=None):
         beam.runners.create_runner(runner)
     except ValueError as e:
         raise ValueError(f"Unknown Beam runner {runner!r}: {e}") from None
-    if beam_options is None:
-        options = PipelineOptions([])
-    elif isinstance(beam_options, PipelineOptions):
-        options = PipelineOptions([], **beam_options.get_all_options(drop_default=True))
-    elif isinstance(beam_options, dict):
-        options = PipelineOptions([], **beam_options)
-    elif isinstance(beam_options, (list, tuple)) and all(
-        isinstance(flag, str) for flag in beam_options
+    if not (
+        beam_options is None
+        or isinstance(beam_options, (PipelineOptions, dict))
+        or isinstance(beam_options, (list, tuple))
+        and all(isinstance(flag, str) for flag in beam_options)
     ):
-        options = PipelineOptions(list(beam_options))
-    else:
         raise ValueError(
             "`beam_options` must be a PipelineOptions, a dict or a list of "
             f"command-line flags. Received: beam_options={beam_options!r}"
+        )
+    # Beam parses the flags only when the pipeline runs, and then exits the
+    # process on a bad value (argparse) or drops an unknown flag with a log
+    # line: both are checked here, before any work.
+    usage = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(usage):
+            if beam_options is None:
+                options = PipelineOptions([])
+            elif isinstance(beam_options, PipelineOptions):
+                options = PipelineOptions([], **beam_options.get_all_options(drop_default=True))
+            elif isinstance(beam_options, dict):
+                options = PipelineOptions([], **beam_options)
+            else:
+                options = PipelineOptions(list(beam_options))
+            known = options.get_all_options()
+            unknown = set(options.get_all_options(retain_unknown_options=True)) - set(known)
+    except SystemExit:
+        reason = (usage.getvalue().strip().splitlines() or ["a bad value"])[-1]
+        raise ValueError(
+            f"`beam_options` has a value Beam cannot parse ({reason.split('error: ')[-1]}). "
+            f"Received: beam_options={beam_options!r}"
+        ) from None
+    if unknown:
+        raise ValueError(
+            f"`beam_options` has options that no Beam runner knows: {sorted(unknown)}. "
+            f"Received: beam_options={beam_options!r}"
         )
     options.view_as(StandardOptions).runner = runner
     return options

@@ -110,7 +110,7 @@ def test_invalid_example_with_raise_fails_the_pipeline_and_leaves_no_cache(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["cache.lock", "src"]
 
 
-def test_bad_runner_arguments_fail_before_any_work(tmp_path):
+def test_bad_runner_arguments_fail_before_any_work(tmp_path, capsys):
     root = make_class_folders(tmp_path / "src", {"a": 3})
     ds = DatumDataset(root, cache_dir=tmp_path / "cache", verbose=False)
     with pytest.raises(ValueError, match="Unknown Beam runner 'NoSuchRunner'"):
@@ -119,4 +119,17 @@ def test_bad_runner_arguments_fail_before_any_work(tmp_path):
         ds.export(runner="DirectRunner", beam_options=42)
     with pytest.raises(ValueError, match="`beam_options` needs a `runner`"):
         ds.export(beam_options={"direct_num_workers": 2})
+    # Beam itself would exit the process on a bad value, or drop a mistyped
+    # option with a log line, once the pipeline runs.
+    with pytest.raises(ValueError, match=r"a value Beam cannot parse \(argument --direct_num_workers: invalid int value: 'abc'\)"):
+        ds.export(runner="DirectRunner", beam_options=["--direct_num_workers=abc"])
+    for typo in (["--direct_num_workerz=2"], {"direct_num_workerz": 2}):
+        with pytest.raises(ValueError, match=r"options that no Beam runner knows: \['direct_num_workerz'\]"):
+            ds.export(runner="DirectRunner", beam_options=typo)
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+    # A mistyped keras-datum flag beside --runner is named, not dropped.
+    argv = ["export", root, "--cache-dir", str(tmp_path / "cache"), "--runner", "DirectRunner",
+            "--validaton-split=0.5"]
+    assert cli.main(argv) == 2
+    assert "no Beam runner knows: ['validaton_split']" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["src"]
