@@ -136,23 +136,30 @@ def _demo(args):
 
 def _verify(args):
     from keras_datum import cache
+    from keras_datum import datum_format
     from keras_datum.verify import verify_cache
 
     path = storage.abspath(args.path)
     if not storage.exists(path):
         raise FileNotFoundError(f"Path not found: {args.path!r}")
+    datum_export = datum_format.is_export(path)
     status = 0
-    for cache_dir in _caches(path, args.path):
+    for cache_dir in [path] if datum_export else _caches(path, args.path):
         problems = verify_cache(cache_dir)
         for problem in problems:
             print(f"DAMAGED: {problem}")
         if problems:
-            print(f"{len(problems)} problems in {cache_dir}; export again with `keras-datum export --force`.")
+            # A datum export is read in place: only its writer can rewrite it.
+            fix = "write it again with datum" if datum_export else "export again with `keras-datum export --force`"
+            print(f"{len(problems)} problems in {cache_dir}; {fix}.")
             status = 1
             continue
-        meta = cache.read_metadata(cache_dir)
-        shards = sum(len(s["shards"]) for s in meta["splits"].values())
-        examples = sum(s["num_examples"] for s in meta["splits"].values())
+        if datum_export:
+            splits = datum_format.check_export(cache_dir)[0]
+        else:
+            splits = cache.read_metadata(cache_dir)["splits"]
+        shards = sum(len(s["shards"]) for s in splits.values())
+        examples = sum(s["num_examples"] for s in splits.values())
         print(f"OK: {cache_dir}: {shards} shards, {examples} examples, every record intact.")
     return status
 

@@ -5,6 +5,7 @@ import os
 import tensorflow as tf
 
 from keras_datum import cache
+from keras_datum import datum_format
 from keras_datum import storage
 
 
@@ -28,16 +29,24 @@ def verify_cache(cache_dir):
 
     Checks that the metadata is valid, that every shard it lists exists, that
     every record's CRC is intact, and that each shard holds as many records
-    as the metadata says.
+    as the metadata says. `cache_dir` may also be a folder written by the
+    original `datum` package (its `shard_info.json` is the metadata).
     """
-    try:
-        meta = cache.read_metadata(cache_dir)
-    except cache.CacheError as e:
-        return [str(e)]
-    if meta is None:
-        return [f"{cache_dir!r} holds no keras_datum cache (no {cache.METADATA_FILE})."]
+    if datum_format.is_export(cache_dir):
+        try:
+            splits = datum_format.check_export(cache_dir)[0]
+        except (OSError, ValueError) as e:  # A missing shard, malformed JSON.
+            return [str(e)]
+    else:
+        try:
+            meta = cache.read_metadata(cache_dir)
+        except cache.CacheError as e:
+            return [str(e)]
+        if meta is None:
+            return [f"{cache_dir!r} holds no keras_datum cache (no {cache.METADATA_FILE})."]
+        splits = meta["splits"]
     problems = []
-    for split, info in meta["splits"].items():
+    for split, info in splits.items():
         for shard in info["shards"]:
             path = os.path.join(cache_dir, shard["file"])
             if not storage.isfile(path):

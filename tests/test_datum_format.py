@@ -8,6 +8,7 @@ from the last example datum generated), without the datum package.
 
 import json
 import os
+import pathlib
 
 import keras_cv
 import numpy as np
@@ -536,3 +537,27 @@ def test_cli_info_reads_a_datum_export_in_place(tmp_path, capsys):
     assert "train: 9 examples in 2 shards" in out
     assert "val: 4 examples in 1 shards" in out
     assert _snapshot(folder) == before
+
+
+def test_cli_verify_checks_a_datum_export_in_place(tmp_path, capsys):
+    from keras_datum import cli
+
+    folder, _ = classification_export(tmp_path)
+    folder = pathlib.Path(folder)
+    assert cli.main(["verify", str(folder)]) == 0
+    assert f"OK: {folder}: 3 shards, 13 examples, every record intact." in capsys.readouterr().out
+    shard = sorted(p for p in os.listdir(folder) if p.startswith("train"))[0]
+    with open(folder / shard, "r+b") as f:
+        data = bytearray(f.read())
+        data[len(data) // 2] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    before = _snapshot(folder)
+    assert cli.main(["verify", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert f"DAMAGED: {folder / shard}: damaged after" in out
+    assert "write it again with datum" in out
+    os.remove(folder / shard)
+    assert cli.main(["verify", str(folder)]) == 1
+    assert shard in capsys.readouterr().out
+    assert sorted(os.listdir(folder)) == sorted(n for n in before if n != shard)
