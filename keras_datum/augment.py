@@ -6,6 +6,7 @@ layers take and return that dict. A callable given to `augment=` gets the same
 dict and must return one. The dict becomes `(x, y)` only at the very end.
 """
 
+import collections
 import warnings
 
 import keras
@@ -13,6 +14,15 @@ import tensorflow as tf
 
 # Layers that mix the labels of two examples: they need float one-hot labels.
 LABEL_MIXING_LAYERS = ("MixUp", "CutMix", "FourierMix")
+# Random ops that draw from TensorFlow's global random state (an op seed
+# fixed when the function is traced), not from a generator that `reseed`
+# can restart: `tf.random.uniform`, `gamma`, `shuffle` and the like without
+# a generator. Keras's and `tf.random.Generator`'s ops are not among them.
+GLOBAL_RANDOM_OPS = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+    "ParameterizedTruncatedNormal", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+    "RandomShuffle", "RandomCrop", "Multinomial",
+})
 
 
 class Augmentation:
@@ -35,6 +45,7 @@ class Augmentation:
                 )
         self.steps = list(steps)
         self.argument = argument
+        self.seed = None
 
     @property
     def mixes_labels(self):
@@ -45,8 +56,11 @@ class Augmentation:
 
         Keras layers keep `keras.random.SeedGenerator`s, KerasCV layers a
         `tf.random.Generator`; both advance as they are used. Restarting them
-        makes a seeded stream repeat exactly on every `train()` call.
+        makes a seeded stream repeat exactly on every `train()` call. Steps
+        that draw from TensorFlow's global random state instead are named in
+        a warning when the pipeline traces them (see `__call__`).
         """
+        self.seed = seed
         offset = 0
         for step in self.steps:
             if not isinstance(step, keras.layers.Layer):
@@ -62,9 +76,40 @@ class Augmentation:
                         )
 
     def __call__(self, inputs):
+        if self.seed is None or tf.executing_eagerly():
+            for step in self.steps:
+                inputs = _apply(step, inputs, self.argument)
+            return inputs
+        # Traced with a seed: each step's new global random ops are counted
+        # in the function being built, so that a step the seed cannot make
+        # repeat is named instead of silently changing from call to call.
+        graph = tf.compat.v1.get_default_graph()
+        unseeded = []
         for step in self.steps:
+            before = _global_random_ops(graph)
             inputs = _apply(step, inputs, self.argument)
+            drawn = _global_random_ops(graph) - before
+            if drawn:
+                unseeded.append(f"{_name(step)} ({', '.join(sorted(drawn))})")
+        if unseeded:
+            warnings.warn(
+                f"With seed={self.seed}, these {self.argument} steps still draw from "
+                f"TensorFlow's global random state, which the seed cannot restart, "
+                f"so their augmented stream differs from call to call: "
+                f"{'; '.join(unseeded)}. Keras's own layers (keras.layers.RandomFlip, "
+                "MixUp, CutMix, RandAugment, ...) repeat with a seed.",
+                stacklevel=2,
+            )
         return inputs
+
+
+def _global_random_ops(graph):
+    """Counts of `GLOBAL_RANDOM_OPS` in `graph` and the functions it holds."""
+    definition = graph.as_graph_def()
+    nodes = list(definition.node)
+    for function in definition.library.function:
+        nodes.extend(function.node_def)
+    return collections.Counter(n.op for n in nodes if n.op in GLOBAL_RANDOM_OPS)
 
 
 def _generators(layer):

@@ -132,13 +132,26 @@ def test_datum_callback_aliases(ds):
         ds.train(augment=flip, pre_batching_callback=flip)
 
 
-def test_seed_makes_the_augmented_stream_reproducible(ds):
+def test_seed_makes_the_augmented_stream_reproducible(ds, recwarn):
     layers = [keras.layers.RandomFlip("horizontal"), keras_cv.layers.RandomRotation(0.3)]
     first = _all_x(ds.train(augment=layers, seed=5))
+    assert not [w for w in recwarn if "global random state" in str(w.message)]
     again = _all_x(ds.train(augment=layers, seed=5))
     other = _all_x(ds.train(augment=layers, seed=6))
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
+
+
+def test_a_seed_names_the_layers_it_cannot_make_repeat(ds):
+    # KerasCV's MixUp draws its weights with tf.random.gamma, from TensorFlow's
+    # global random state: no generator to restart.
+    mix = keras_cv.layers.MixUp()
+    with pytest.warns(UserWarning, match=r"With seed=5, these batch_augment steps still draw from "
+                      r"TensorFlow's global random state.*MixUp \(name='mix_up.*'\) \(.*RandomGamma"):
+        first = ds.train(batch_augment=[keras.layers.RandomFlip("horizontal"), mix], seed=5)
+    second = ds.train(batch_augment=[keras.layers.RandomFlip("horizontal"), mix], seed=5)
+    # What the warning says: the same seed, another stream.
+    assert not np.array_equal(_all_x(first), _all_x(second))
 
 
 def test_augment_is_off_for_val_unless_asked(ds):
