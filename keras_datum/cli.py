@@ -164,25 +164,11 @@ def _verify(args):
     return status
 
 
-def _label_mode(source, follow_links):
-    """`None` for a source without labels (a CSV without label columns),
-    which reads `x` only; else the default, `"int"`."""
-    from keras_datum import datum_format
-    from keras_datum import problems
-    from keras_datum import storage
-
-    if not storage.isdir(source) or datum_format.is_export(source):
-        return "int"  # The dataset names what is wrong with the source.
-    layout = problems.find_layout(source, follow_links=follow_links)
-    return None if layout.info["label_spec"]["type"] == "none" else "int"
-
-
 def _preview(args):
     from keras_datum.dataset import DatumDataset
 
     ds = DatumDataset(
         args.source,
-        label_mode=_label_mode(args.source, args.follow_links),
         follow_links=args.follow_links,
         image_size=(args.image_size, args.image_size),
         cache_dir=args.cache_dir,
@@ -201,7 +187,6 @@ def _benchmark(args):
     side = "auto" if args.max_image_side is None else args.max_image_side
     ds = DatumDataset(
         args.source,
-        label_mode=_label_mode(args.source, args.follow_links),
         follow_links=args.follow_links,
         image_size=(args.image_size, args.image_size),
         batch_size=args.batch_size,

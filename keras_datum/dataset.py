@@ -251,8 +251,10 @@ class DatumDataset:
             Defaults to `32`.
         label_mode: `"int"` (int32 class index), `"categorical"` (float32
             one-hot), `"binary"` (float32 of shape `(1,)`, two classes only)
-            or `None` (images only), as in Keras. Multi-label and regression
-            CSV labels are float32 vectors. Defaults to `"int"`.
+            or `None` (images only), as in Keras. A source without labels (a
+            CSV without label columns) yields images only with `"int"` too.
+            Multi-label and regression CSV labels are float32 vectors.
+            Defaults to `"int"`.
         color_mode: `"grayscale"`, `"rgb"` or `"rgba"`. Defaults to `"rgb"`.
         interpolation: the `tf.image.resize` method. Defaults to `"bilinear"`.
         crop_to_aspect_ratio: centre-crop to the target aspect ratio before

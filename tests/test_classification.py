@@ -77,8 +77,15 @@ def test_csv_class_names_and_carve_is_stratified(tmp_path):
 
 def test_csv_without_label_columns_gives_images_only(tmp_path):
     root = make_csv_layout(tmp_path / "src", {"train": [("a",), ("b",)]}, header=("filename",))
-    ds = DatumDataset(root, image_size=(16, 16), label_mode=None, validation_split=None, verbose=False)
+    # Images only, with label_mode=None or the default "int", as Keras with labels=None.
+    for label_mode in (None, "int"):
+        ds = DatumDataset(root, image_size=(16, 16), label_mode=label_mode, validation_split=None, verbose=False)
+        assert ds.train().element_spec == tf.TensorSpec((None, 16, 16, 3), tf.float32)
+    ds = DatumDataset(root, image_size=(16, 16), validation_split=None, verbose=False)
     assert ds.train().element_spec == tf.TensorSpec((None, 16, 16, 3), tf.float32)
+    # One-hot labels asked for where there are none.
+    with pytest.raises(ValueError, match=r"`label_mode='categorical'` needs labels, and this dataset has no label columns"):
+        DatumDataset(root, image_size=(16, 16), label_mode="categorical", validation_split=None, verbose=False).train()
 
 
 def test_csv_missing_files_are_named(tmp_path):

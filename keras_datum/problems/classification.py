@@ -430,10 +430,12 @@ def check_read_options(info, options):
                 f"classes. Received: class_names={info['class_names']}"
             )
     elif spec["type"] == "none":
-        if label_mode is not None:
+        # No labels: `x` only, with the default "int" too (as Keras with
+        # `labels=None`). A class label mode asks for labels there are not.
+        if label_mode in ("categorical", "binary"):
             raise ValueError(
-                "This dataset has no label columns, so `label_mode` must be "
-                f"None. Received: label_mode={label_mode!r}"
+                f"`label_mode={label_mode!r}` needs labels, and this dataset has no "
+                "label columns: it yields images only. Use label_mode=None."
             )
     elif label_mode in ("categorical", "binary"):
         raise ValueError(
