@@ -85,10 +85,12 @@ class Augmentation:
         # repeat is named instead of silently changing from call to call.
         graph = tf.compat.v1.get_default_graph()
         unseeded = []
+        before = _global_random_ops(graph)
         for step in self.steps:
-            before = _global_random_ops(graph)
             inputs = _apply(step, inputs, self.argument)
-            drawn = _global_random_ops(graph) - before
+            after = _global_random_ops(graph)
+            drawn = after - before
+            before = after
             if drawn:
                 unseeded.append(f"{_name(step)} ({', '.join(sorted(drawn))})")
         if unseeded:
@@ -96,20 +98,26 @@ class Augmentation:
                 f"With seed={self.seed}, these {self.argument} steps still draw from "
                 f"TensorFlow's global random state, which the seed cannot restart, "
                 f"so their augmented stream differs from call to call: "
-                f"{'; '.join(unseeded)}. Keras's own layers (keras.layers.RandomFlip, "
-                "MixUp, CutMix, RandAugment, ...) repeat with a seed.",
+                f"{'; '.join(unseeded)}. keras.layers.RandomFlip, MixUp, CutMix and "
+                "RandAugment repeat with a seed, and so does anything once "
+                "keras.utils.set_random_seed has been called.",
                 stacklevel=2,
             )
         return inputs
 
 
 def _global_random_ops(graph):
-    """Counts of `GLOBAL_RANDOM_OPS` in `graph` and the functions it holds."""
+    """Counts of the unseeded `GLOBAL_RANDOM_OPS` in `graph` and the functions
+    it holds. An op with a seed (its own, or from `tf.random.set_seed` or
+    `keras.utils.set_random_seed`, which set one when it is traced) repeats."""
     definition = graph.as_graph_def()
     nodes = list(definition.node)
     for function in definition.library.function:
         nodes.extend(function.node_def)
-    return collections.Counter(n.op for n in nodes if n.op in GLOBAL_RANDOM_OPS)
+    return collections.Counter(
+        n.op for n in nodes
+        if n.op in GLOBAL_RANDOM_OPS and not (n.attr["seed"].i or n.attr["seed2"].i)
+    )
 
 
 def _generators(layer):

@@ -94,11 +94,14 @@ def pipeline_options(runner, beam_options=None):
             elif isinstance(beam_options, PipelineOptions):
                 options = PipelineOptions([], **beam_options.get_all_options(drop_default=True))
             elif isinstance(beam_options, dict):
-                options = PipelineOptions([], **beam_options)
+                # Beam would take a dict's values as they are ("2" for an
+                # int); as flags, they get the types and choices declared.
+                options = PipelineOptions(_as_flags(beam_options))
             else:
                 options = PipelineOptions(list(beam_options))
-            known = options.get_all_options()
-            unknown = set(options.get_all_options(retain_unknown_options=True)) - set(known)
+            given = beam_options if isinstance(beam_options, PipelineOptions) else options
+            known = given.get_all_options()
+            unknown = set(given.get_all_options(retain_unknown_options=True)) - set(known)
     except SystemExit:
         reason = (usage.getvalue().strip().splitlines() or ["a bad value"])[-1]
         raise ValueError(
@@ -112,6 +115,19 @@ def pipeline_options(runner, beam_options=None):
         )
     options.view_as(StandardOptions).runner = runner
     return options
+
+
+def _as_flags(options):
+    """A dict of pipeline options as the command-line flags that say the same."""
+    flags = []
+    for name, value in options.items():
+        if isinstance(value, bool):
+            flags += [f"--{name}"] if value else []
+        elif isinstance(value, (list, tuple)):
+            flags += [f"--{name}={item}" for item in value]
+        elif value is not None:
+            flags.append(f"--{name}={value}")
+    return flags
 
 
 def _write_one_shard(task, problem_name, feature_spec, export_options, folder, on_invalid):

@@ -155,7 +155,7 @@ def _verify(args):
             status = 1
             continue
         if datum_export:
-            splits = datum_format.check_export(cache_dir)[0]
+            splits = datum_format.read_splits(cache_dir)
         else:
             splits = cache.read_metadata(cache_dir)["splits"]
         shards = sum(len(s["shards"]) for s in splits.values())

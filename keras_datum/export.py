@@ -456,7 +456,7 @@ def _size_stats(sizes):
 
 # What an export writes into its folder besides the fixed files: the next
 # export replaces them all.
-_OWN_NAME = re.compile(r".+-\d{5}-of-\d{5}\.tfrecord|.+\.labels\.txt")
+_OWN_NAME = re.compile(r".+-\d{5,}-of-\d{5,}\.tfrecord|.+\.labels\.txt")
 _OWN_FILES = (
     cache.METADATA_FILE, cache.REPORT_FILE, tfds_metadata.FEATURES_FILE,
     tfds_metadata.DATASET_INFO_FILE, COMMIT_MARKER,
@@ -489,9 +489,12 @@ def check_cache_target(cache_dir, replacing=False):
     if storage.exists(cache_dir) and not storage.isdir(cache_dir):
         raise ValueError(f"`cache_dir` {cache_dir!r} exists and is not a folder.")
     if replacing and storage.isdir(cache_dir):
+        # Hidden files are the system's and the editors' (`.DS_Store`,
+        # `.ipynb_checkpoints`), written just by looking at the folder.
         foreign = sorted(
             name for name in storage.listdir(cache_dir)
-            if name not in _OWN_FILES and not _OWN_NAME.fullmatch(name)
+            if not name.startswith(".")
+            and name not in _OWN_FILES and not _OWN_NAME.fullmatch(name)
         )
         if foreign:
             raise ValueError(

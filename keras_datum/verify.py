@@ -34,7 +34,7 @@ def verify_cache(cache_dir):
     """
     if datum_format.is_export(cache_dir):
         try:
-            splits = datum_format.check_export(cache_dir)[0]
+            splits = datum_format.read_splits(cache_dir)
         except (OSError, ValueError) as e:  # A missing shard, malformed JSON.
             return [str(e)]
     else:

@@ -121,9 +121,12 @@ def test_bad_runner_arguments_fail_before_any_work(tmp_path, capsys):
         ds.export(beam_options={"direct_num_workers": 2})
     # Beam itself would exit the process on a bad value, or drop a mistyped
     # option with a log line, once the pipeline runs.
-    with pytest.raises(ValueError, match=r"a value Beam cannot parse \(argument --direct_num_workers: invalid int value: 'abc'\)"):
-        ds.export(runner="DirectRunner", beam_options=["--direct_num_workers=abc"])
-    for typo in (["--direct_num_workerz=2"], {"direct_num_workerz": 2}):
+    for bad in (["--direct_num_workers=abc"], {"direct_num_workers": "abc"}):
+        with pytest.raises(ValueError, match=r"a value Beam cannot parse \(argument --direct_num_workers: invalid int value: 'abc'\)"):
+            ds.export(runner="DirectRunner", beam_options=bad)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    for typo in (["--direct_num_workerz=2"], {"direct_num_workerz": 2}, PipelineOptions(["--direct_num_workerz=2"])):
         with pytest.raises(ValueError, match=r"options that no Beam runner knows: \['direct_num_workerz'\]"):
             ds.export(runner="DirectRunner", beam_options=typo)
     assert sorted(os.listdir(tmp_path)) == ["src"]

@@ -125,6 +125,7 @@ def test_files_saved_into_a_cache_are_never_deleted_by_an_export(class_folders, 
     ds.export()
     (cache_dir / "best_model.keras").write_text("weights")
     (cache_dir / "logs").mkdir()
+    (cache_dir / ".DS_Store").write_bytes(b"")  # Finder's, written by a look: not named.
     # Reading the cache leaves them alone.
     assert len(list(DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).val())) > 0
     # Exporting again would replace the folder, so it is refused, naming them.
