@@ -182,11 +182,14 @@ def resolve(augment, batch_augment, pre_batching_callback, post_batching_callbac
     return tuple(built)
 
 
-def label_mode_for(augmentations, label_mode, label_spec):
-    """Switches integer labels to one-hot for layers that mix labels, and says so."""
+def label_mode_for(augmentations, label_mode, label_spec, preview=False):
+    """Switches integer labels to one-hot for layers that mix labels, and says
+    so, unless for a `preview` (its switch is its own: nothing to compile)."""
     mixing = [n for a in augmentations if a is not None for n in a.mixes_labels]
     if not mixing or label_spec["type"] != "class" or label_mode != "int":
         return label_mode
+    if preview:
+        return "categorical"
     warnings.warn(
         f"{', '.join(mixing)} mixes labels, so it needs one-hot float labels: "
         "label_mode is switched from 'int' to 'categorical' for this dataset. "

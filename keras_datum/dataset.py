@@ -910,7 +910,7 @@ class DatumDataset:
         Keras on the label shapes, not silently).
         """
         label_mode = augment_lib.label_mode_for(
-            augmentations, self._read_options["label_mode"], meta["label_spec"]
+            augmentations, self._read_options["label_mode"], meta["label_spec"], preview
         )
         if label_mode == self._read_options["label_mode"]:
             if not preview:

@@ -112,9 +112,10 @@ def test_a_mixing_layer_after_integer_splits_were_built_says_so(ds):
     assert ds.val().element_spec[1] == tf.TensorSpec((None, 3), tf.float32)
 
 
-def test_a_preview_with_a_mixing_layer_leaves_the_label_mode_alone(ds):
-    with pytest.warns(UserWarning, match="mixes labels"):
-        ds.preview(batch_augment=keras.layers.MixUp(), num_images=4, seed=1)
+def test_a_preview_with_a_mixing_layer_leaves_the_label_mode_alone(ds, recwarn):
+    ds.preview(batch_augment=keras.layers.MixUp(), num_images=4, seed=1)
+    # Nothing to compile differently, so no warning tells the user to.
+    assert not [w for w in recwarn if "mixes labels" in str(w.message)]
     assert ds.train().element_spec[1] == tf.TensorSpec((None,), tf.int32)
     assert ds.val().element_spec[1] == tf.TensorSpec((None,), tf.int32)
 
