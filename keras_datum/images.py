@@ -196,8 +196,11 @@ def pad_geometry(height, width, image_size):
     ratio = tf.maximum(width / target_width, height / target_height)
     scaled_height = tf.floor(height / ratio)
     scaled_width = tf.floor(width / ratio)
-    top = tf.floor(tf.maximum(0.0, (target_height - scaled_height) / 2))
-    left = tf.floor(tf.maximum(0.0, (target_width - scaled_width) / 2))
+    # The padding follows the unrounded scaled size, as TensorFlow's does:
+    # from the rounded one, a 333x500 image padded to 640x640 would sit a
+    # pixel below where its pixels are.
+    top = tf.floor(tf.maximum(0.0, (target_height - height / ratio) / 2))
+    left = tf.floor(tf.maximum(0.0, (target_width - width / ratio) / 2))
     return scaled_height, scaled_width, top, left
 
 

@@ -88,6 +88,18 @@ def test_pad_to_aspect_ratio_moves_boxes_with_the_pixels(tmp_path):
             assert inside.size == 0 or inside.min() > 200
 
 
+def test_padding_of_a_fractional_scale_puts_boxes_on_the_pixels(tmp_path):
+    # 40x60 into 64x64 scales the height to 42.67 rows: TensorFlow pads from
+    # that unrounded size (10 rows on top), not from the 42 rows (11).
+    white = np.full((HEIGHT, WIDTH, 3), 255, np.uint8)
+    root = write_voc(tmp_path / "voc", [("all", [[0, 0, WIDTH, HEIGHT]], [0], white)])
+    ds = DatumDataset(root, image_size=(64, 64), validation_split=None, batch_size=None, verbose=False)
+    (x, boxes, _), = _examples(ds.train())
+    rows = np.nonzero(x.max(axis=(1, 2)) > 0)[0]
+    np.testing.assert_allclose(boxes, [[0, rows[0], 64, rows[-1] + 1]], atol=1e-4)
+    assert rows[0] == 10
+
+
 def test_dense_padding_and_ragged_batches(tmp_path):
     root = write_voc(tmp_path / "voc", draw_items(6))
     dense = DatumDataset(root, image_size=(40, 60), max_boxes=3, batch_size=3, validation_split=None, verbose=False)
