@@ -3,6 +3,7 @@
 Everything here is graph code: no Python runs per example.
 """
 
+import functools
 import os
 
 import tensorflow as tf
@@ -675,6 +676,11 @@ def build(
         )
     if batch_augment is not None:
         dataset = dataset.map(augmented(batch_augment), num_parallel_calls=augment_calls)
+        if hasattr(problem, "after_batch_augment"):
+            dataset = dataset.map(
+                functools.partial(problem.after_batch_augment, options=options),
+                num_parallel_calls=None,
+            )
     if not early:
         finish = _finisher(
             image_dtype, problem, labels_spec,

@@ -116,6 +116,26 @@ def test_dense_padding_and_ragged_batches(tmp_path):
     assert set(y) == {"boxes", "labels"}
 
 
+@pytest.mark.parametrize("make_layer", [
+    lambda: keras_cv.layers.Mosaic(bounding_box_format="xyxy", seed=1),
+    lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy", seed=1),
+])
+def test_max_boxes_holds_after_a_batch_augmentation(tmp_path, make_layer):
+    # KerasCV's batch layers hand back ragged boxes, and Mosaic more of them.
+    boxes, classes = [[2, 4, 12, 20], [16, 2, 30, 10], [3, 22, 9, 30]], [1, 0, 1]
+    items = [(f"i{i}", boxes, classes, np.full((HEIGHT, WIDTH, 3), 255, np.uint8)) for i in range(8)]
+    root = write_voc(tmp_path / "voc", items)
+    ds = DatumDataset(root, image_size=(32, 32), batch_size=4, max_boxes=2, validation_split=None, verbose=False)
+    train = ds.train(batch_augment=make_layer())
+    assert train.element_spec[1]["boxes"] == tf.TensorSpec((None, 2, 4), tf.float32)
+    assert train.element_spec[1]["classes"] == tf.TensorSpec((None, 2), tf.float32)
+    for _, y in train:
+        classes = y["classes"].numpy()
+        # Each image keeps at most two of its boxes, and padding is class -1.
+        assert classes.shape[1] == 2 and set(np.unique(classes)) <= {-1.0, 0.0, 1.0}
+        assert (y["boxes"].numpy()[classes == -1] == -1).all()
+
+
 def _one_object(tmp_path):
     pixels = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
     pixels[10:30, 5:20] = 255

@@ -20,6 +20,8 @@ A problem module provides:
   step that cannot handle this problem's data (a layer that ignores masks).
 - optionally `batch(dataset, batch_size, options)` (`batch_size` may be None),
   when plain `batch` does not fit its elements (ragged or padded boxes).
+- optionally `after_batch_augment(inputs, options)`: a batch as the problem
+  batches it again, after `batch_augment` (boxes padded back to `max_boxes`).
 
 The shared machinery (export, cache, pipeline) calls only these.
 """

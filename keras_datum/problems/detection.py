@@ -532,5 +532,27 @@ def batch(dataset, batch_size, options):
     return dataset.ragged_batch(batch_size)
 
 
+def after_batch_augment(inputs, options):
+    """Boxes back to `max_boxes` rows after a batch augmentation: KerasCV's
+    `Mosaic` or `RandomFlip` hand back ragged boxes, or other counts."""
+    max_boxes = options["max_boxes"]
+    if not max_boxes:
+        return inputs  # Ragged boxes, as asked.
+
+    def dense(values, tail):
+        if isinstance(values, tf.RaggedTensor):
+            values = values.to_tensor(default_value=-1.0)
+        values = values[:, :max_boxes]
+        padding = [[0, 0], [0, max_boxes - tf.shape(values)[1]]] + [[0, 0]] * len(tail)
+        return tf.ensure_shape(
+            tf.pad(values, padding, constant_values=-1.0), [None, max_boxes] + tail
+        )
+
+    key = options["bounding_box_class_key"]
+    boxes = inputs["bounding_boxes"]
+    fitted = {"boxes": dense(boxes["boxes"], [4]), key: dense(boxes[key], [])}
+    return dict(inputs, bounding_boxes=fitted)
+
+
 def to_keras(inputs):
     return inputs["images"], inputs["bounding_boxes"]
