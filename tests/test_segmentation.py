@@ -106,13 +106,21 @@ def test_flipped_mask_matches_flipped_image(tmp_path, make_flip):
 
 @pytest.mark.parametrize("make_layer", [
     lambda: keras.layers.RandomZoom(0.2),
+    lambda: keras.layers.RandomRotation(0.2),
     lambda: keras_cv.layers.RandomCrop(16, 16),
 ])
 def test_layer_that_cannot_move_masks_is_refused_before_training(tmp_path, make_layer):
     root = write_pairs(tmp_path / "pairs", {"train": _draw(4)})
     ds = DatumDataset(root, image_size=(H, W), verbose=False)
-    with pytest.raises(ValueError, match="cannot transform segmentation masks, so it would misalign"):
+    with pytest.raises(ValueError, match="cannot transform segmentation masks, so it would misalign") as error:
         ds.train(augment=make_layer())
+    # The layers the message suggests instead are accepted.
+    assert "keras.layers.RandomFlip and RandomCrop; keras_cv.layers.RandomFlip, RandomRotation and RandomTranslation" in str(error.value)
+    for layer in (
+        keras.layers.RandomFlip(), keras.layers.RandomCrop(8, 8), keras_cv.layers.RandomFlip(),
+        keras_cv.layers.RandomRotation(0.1, segmentation_classes=3), keras_cv.layers.RandomTranslation(0.1, 0.1),
+    ):
+        ds.train(augment=layer)
 
 
 def test_bad_masks_are_left_out_and_reported(tmp_path):

@@ -290,8 +290,9 @@ def check_augmentation(augmentation):
             raise ValueError(
                 f"The {augmentation.argument} layer {type(step).__name__} "
                 f"(name={step.name!r}) cannot transform segmentation masks, so "
-                "it would misalign images and masks. Use layers that support "
-                "segmentation_masks (RandomFlip, RandomRotation, RandomCrop, ...)."
+                "it would misalign images and masks. Use layers that transform "
+                "segmentation_masks (keras.layers.RandomFlip and RandomCrop; "
+                "keras_cv.layers.RandomFlip, RandomRotation and RandomTranslation, ...)."
             )
 
 
