@@ -317,8 +317,11 @@ class DatumDataset:
             overshoots) differ from an uncached one's, so `"auto"` on machines
             with other free memory can give other streams: pass `True` or
             `False` for one that repeats everywhere.
-        cache_budget: bytes the automatic cache may use. Defaults to `None`:
-            a quarter of the memory available when the split is built.
+        cache_budget: bytes the automatic cache may use for one split; each
+            split is checked on its own when it is built, so `train()` and
+            `val()` may together use twice this. Defaults to `None`: a
+            quarter of the memory available when the split is built (after
+            the splits cached before it took theirs).
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).

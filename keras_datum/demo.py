@@ -5,12 +5,17 @@ square or triangle on a noisy background of another colour).
 """
 
 import os
+import shutil
 
 import numpy as np
 from PIL import Image
 from PIL import ImageDraw
 
 SHAPES = ("circle", "square", "triangle")
+# The model's three 2x2 poolings need 8 pixels; the 20% validation carve
+# gives each class a validation image from 3 images up.
+MIN_IMAGE_SIZE = 8
+MIN_IMAGES_PER_CLASS = 3
 
 
 def draw_shape(shape, size, rng):
@@ -90,6 +95,18 @@ def run_demo(
     from keras_datum import cache
     from keras_datum.dataset import DatumDataset
 
+    # Checked before anything is drawn.
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(
+            f"`image_size` must be at least {MIN_IMAGE_SIZE} (the model pools three "
+            f"times). Received: image_size={image_size}"
+        )
+    if images_per_class < MIN_IMAGES_PER_CLASS:
+        raise ValueError(
+            f"`images_per_class` must be at least {MIN_IMAGES_PER_CLASS}, so that "
+            "validation gets one image of each class. "
+            f"Received: images_per_class={images_per_class}"
+        )
     if data_dir is None:
         data_dir = os.path.join(
             cache.keras_home(), "datum-demo", f"shapes-{images_per_class}-{image_size}"
@@ -97,7 +114,12 @@ def run_demo(
     if not os.path.isdir(data_dir):
         if verbose:
             print(f"Drawing {images_per_class * len(SHAPES)} images into {data_dir}")
-        make_shapes_dataset(data_dir, images_per_class, image_size, seed)
+        # Drawn beside it and renamed into place when complete: a run stopped
+        # halfway must not leave a folder that later runs would train on.
+        partial = data_dir.rstrip(os.sep) + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        make_shapes_dataset(partial, images_per_class, image_size, seed)
+        os.rename(partial, data_dir)
     keras.utils.set_random_seed(seed)
     ds = DatumDataset(
         data_dir,

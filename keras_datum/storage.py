@@ -56,7 +56,11 @@ def is_inside(path, root):
 def abspath(path):
     """An absolute local path; a URL is already absolute."""
     path = os.fspath(path)
-    return path.rstrip("/") if is_url(path) else os.path.abspath(path)
+    if not is_url(path):
+        return os.path.abspath(path)
+    # Without trailing slashes, but `ram://` stays a URL (not `ram:`).
+    scheme, rest = path.split("://", 1)
+    return f"{scheme}://{rest.rstrip('/')}"
 
 
 def exists(path):
@@ -80,7 +84,9 @@ def listdir(path):
         if path.startswith("ram://"):
             # The in-memory file system lists by string prefix: a sibling
             # `cache.tmp-1/x` shows up in `cache` as `.tmp-1`.
-            names = [n for n in names if tf.io.gfile.exists(join(path, n))]
+            # A sibling `dataset/x` of `data` shows up as `set`, twice if
+            # `data/set` exists too.
+            names = list(dict.fromkeys(n for n in names if tf.io.gfile.exists(join(path, n))))
         return names
     return os.listdir(path)
 

@@ -80,6 +80,17 @@ def test_demo_shrunk(tmp_path, capsys):
     assert "Classes: ['circle', 'square', 'triangle']" in out
     assert "Validation accuracy:" in out
     assert len(os.listdir(tmp_path / "shapes" / "circle")) == 12
+    assert not os.path.exists(tmp_path / "shapes.partial")  # Drawn beside, then renamed.
+
+
+def test_demo_arguments_it_cannot_train_on_are_refused_before_drawing(tmp_path, capsys):
+    for flags, message in (
+        (["--image-size", "7"], "`image_size` must be at least 8"),
+        (["--images-per-class", "2"], "`images_per_class` must be at least 3"),
+    ):
+        assert cli.main(["demo", "--data-dir", str(tmp_path / "shapes"), *flags]) == 2
+        assert message in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "shapes")
 
 
 def test_export_an_unlabelled_csv_layout_with_a_size_cap(tmp_path, capsys):
