@@ -325,8 +325,10 @@ class DatumDataset:
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).
-        strategy: `"auto"` (MirroredStrategy over all GPUs when there are
-            several, else the default strategy) or a `tf.distribute.Strategy`.
+        strategy: `"auto"` (the strategy of an active `strategy.scope()`
+            when a split is built; else MirroredStrategy over all GPUs when
+            there are several, else the default strategy) or a
+            `tf.distribute.Strategy`.
             `batch_size` is per replica. Defaults to `"auto"`.
         mixed_precision: `"auto"` (`mixed_float16` on GPUs of CUDA compute
             capability >= 7.0, `mixed_bfloat16` on TPU, unchanged on CPU; on
@@ -809,10 +811,17 @@ class DatumDataset:
 
     @property
     def strategy(self):
-        """The `tf.distribute.Strategy` to build the model under."""
-        if self._strategy is None:
-            self._strategy = distribute.resolve_strategy(self._strategy_arg)
-        return self._strategy
+        """The `tf.distribute.Strategy` to build the model under.
+
+        With `strategy="auto"` inside a `strategy.scope()`, that strategy,
+        for as long as the scope lasts: it is not kept for later uses.
+        """
+        if self._strategy is not None:
+            return self._strategy
+        strategy = distribute.resolve_strategy(self._strategy_arg)
+        if self._strategy_arg != "auto" or not distribute.in_strategy_scope():
+            self._strategy = strategy
+        return strategy
 
     @property
     def global_batch_size(self):
@@ -850,6 +859,8 @@ class DatumDataset:
                 "but `batch_size` is None: the examples are not batched. Pass a "
                 "batch_size, or use `augment` for per-example layers."
             )
+        if data_service is not None:
+            self._check_data_service(data_service)
         meta = self._ensure_exported()
         guard = self._check_cache_unchanged(meta)
         if split not in meta["splits"]:
@@ -884,7 +895,7 @@ class DatumDataset:
             data_service=data_service,
             guard=guard,
         )
-        if distribute.num_workers(strategy) > 1 and not data_service:
+        if distribute.num_workers(strategy) > 1:
             # Multi-worker training: each worker's input pipeline reads its
             # own shard files, at the per-replica batch size.
             def dataset_fn(context):
@@ -900,6 +911,22 @@ class DatumDataset:
             batch_size=batch_size,
             shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
         )
+
+    def _check_data_service(self, data_service):
+        if not isinstance(data_service, str) or not data_service:
+            raise ValueError(
+                "`data_service` must be a tf.data service dispatcher address "
+                f"such as 'grpc://host:5050', or None. Received: data_service={data_service!r}"
+            )
+        if distribute.num_workers(self.strategy) > 1:
+            # Each trainer worker would open its own job and read a whole
+            # epoch, and FILE sharding cannot split a service's dataset.
+            raise ValueError(
+                "`data_service` cannot be combined with a multi-worker "
+                "`strategy`: every worker would train on every example once per "
+                "epoch. Use the multi-worker strategy alone (each worker reads "
+                "its own shard files), or the data service with one trainer."
+            )
 
     def _read_options_for(self, split, augmentations, meta, preview):
         """The read options for one split's pipeline.

@@ -39,12 +39,21 @@ def check_strategy(strategy):
 
 
 def resolve_strategy(strategy):
+    """`strategy`, or for `"auto"`: the strategy whose `scope()` is active,
+    else MirroredStrategy over two or more GPUs, else the default one."""
     if strategy != "auto":
         return strategy
+    if in_strategy_scope():
+        return tf.distribute.get_strategy()
     gpus = tf.config.list_logical_devices("GPU")
     if len(gpus) > 1:
         return tf.distribute.MirroredStrategy([d.name for d in gpus])
     return tf.distribute.get_strategy()
+
+
+def in_strategy_scope():
+    """Whether a `strategy.scope()` is active (its strategy then serves "auto")."""
+    return tf.distribute.has_strategy()
 
 
 def cuda_capability(text):

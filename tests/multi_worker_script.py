@@ -29,6 +29,11 @@ def main(source, cache_dir, output):
         shuffle=False,
         verbose=False,
     )
+    try:
+        ds.train(data_service="grpc://localhost:5050")
+        data_service_refused = ""
+    except ValueError as e:
+        data_service_refused = str(e)
     train = ds.train()
     # Every label is the example's id: collect the ids this worker's replicas got.
     seen = []
@@ -72,6 +77,8 @@ def main(source, cache_dir, output):
         "train_shards": len(ds.info["splits"]["train"]["shards"]),
         "steps": len(losses),
         "loss": losses[-1],
+        # Every worker would read a whole epoch from its own service job.
+        "data_service_refused": data_service_refused,
     }
     with open(output, "w") as f:
         json.dump(result, f)

@@ -49,7 +49,14 @@ MIRRORED_SCRIPT = textwrap.dedent(
         ])
         model.compile("adam", "sparse_categorical_crossentropy")
     history = model.fit(ds.train(), validation_data=ds.val(), epochs=1, verbose=0)
+    # "auto" first used inside a scope takes that strategy while it lasts only.
+    auto = DatumDataset(sys.argv[1], image_size=(16, 16), batch_size=4, seed=0, verbose=False)
+    with strategy.scope():
+        auto_in_scope = int(next(iter(auto.train()))[0].shape[0])
+    auto_after = int(next(iter(auto.train()))[0].shape[0])
     print(json.dumps({
+        "auto_in_scope": auto_in_scope,
+        "auto_after": auto_after,
         "replicas": ds.strategy.num_replicas_in_sync,
         "is_given": ds.strategy is strategy,
         "global_batch_size": ds.global_batch_size,
@@ -78,6 +85,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     assert out["per_replica"] == [4, 4]
     assert out["replicas_distinct"]
     assert out["loss"] > 0 and out["val_loss"] > 0
+    assert (out["auto_in_scope"], out["auto_after"]) == (8, 4)
 
 
 JAX_SCRIPT = textwrap.dedent(

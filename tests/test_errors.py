@@ -192,3 +192,12 @@ def test_options_of_another_problem_type_are_refused_before_export(tmp_path, nam
     with pytest.raises(ValueError, match=rf"`{name}` applies to {owners} datasets, and this one is classification"):
         ds.export()
     assert not os.path.exists(ds.cache_dir)
+
+
+def test_a_bad_data_service_is_named_before_any_export(class_folders, tmp_path):
+    ds = DatumDataset(class_folders, cache_dir=tmp_path / "cache", verbose=False)
+    for bad in (True, "", 5050):
+        with pytest.raises(ValueError, match=r"`data_service` must be a tf.data service dispatcher address"):
+            ds.train(data_service=bad)
+    assert not (tmp_path / "cache").exists()
+

@@ -72,6 +72,7 @@ def test_two_workers_read_distinct_shards_and_train(tmp_path):
         assert result["train_shards"] >= 2  # The export made a shard per worker.
         assert result["steps"] >= 2
         assert np.isfinite(result["loss"])
+        assert "`data_service` cannot be combined with a multi-worker `strategy`" in result["data_service_refused"]
     first, second = (set(r["seen"]) for r in results)
     assert first and second
     assert not first & second  # Distinct shards: no example on both workers.
