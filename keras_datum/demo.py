@@ -107,7 +107,9 @@ def run_demo(
             "validation gets one image of each class. "
             f"Received: images_per_class={images_per_class}"
         )
-    if data_dir is None:
+    if data_dir is not None:
+        data_dir = os.fspath(data_dir)
+    else:
         data_dir = os.path.join(
             cache.keras_home(), "datum-demo", f"shapes-{images_per_class}-{image_size}"
         )
@@ -116,10 +118,15 @@ def run_demo(
             print(f"Drawing {images_per_class * len(SHAPES)} images into {data_dir}")
         # Drawn beside it and renamed into place when complete: a run stopped
         # halfway must not leave a folder that later runs would train on.
-        partial = data_dir.rstrip(os.sep) + ".partial"
+        partial = os.path.normpath(data_dir) + ".partial"
         shutil.rmtree(partial, ignore_errors=True)
         make_shapes_dataset(partial, images_per_class, image_size, seed)
-        os.rename(partial, data_dir)
+        try:
+            os.rename(partial, data_dir)
+        except OSError:
+            if not os.path.isdir(data_dir):
+                raise
+            shutil.rmtree(partial)  # Another run drew the same folder first.
     keras.utils.set_random_seed(seed)
     ds = DatumDataset(
         data_dir,

@@ -14,6 +14,7 @@ import builtins
 import io
 import os
 import posixpath
+import re
 import shutil
 
 import tensorflow as tf
@@ -58,9 +59,10 @@ def abspath(path):
     path = os.fspath(path)
     if not is_url(path):
         return os.path.abspath(path)
-    # Without trailing slashes, but `ram://` stays a URL (not `ram:`).
+    # Without trailing slashes, but a root stays one: `ram://` (not `ram:`),
+    # `file:///` (not `file://`).
     scheme, rest = path.split("://", 1)
-    return f"{scheme}://{rest.rstrip('/')}"
+    return f"{scheme}://{rest.rstrip('/') or rest[:1]}"
 
 
 def exists(path):
@@ -79,15 +81,15 @@ def isfile(path):
 
 def listdir(path):
     if is_url(path):
-        # gfile marks subfolders of some file systems with a trailing '/'.
-        names = [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
         if path.startswith("ram://"):
-            # The in-memory file system lists by string prefix: a sibling
-            # `cache.tmp-1/x` shows up in `cache` as `.tmp-1`.
-            # A sibling `dataset/x` of `data` shows up as `set`, twice if
-            # `data/set` exists too.
-            names = list(dict.fromkeys(n for n in names if tf.io.gfile.exists(join(path, n))))
-        return names
+            # The in-memory file system lists (and answers `exists`) by
+            # string prefix: a sibling `dataset/x` of `data` shows up in it
+            # as `set`, and `datas/x` as `s`. Its glob matches whole names.
+            pattern = re.sub(r"([*?\[\]\\])", r"\\\1", path.rstrip("/")) + "/*"
+            found = (m.rstrip("/").rsplit("/", 1)[-1] for m in tf.io.gfile.glob(pattern))
+            return list(dict.fromkeys(found))
+        # gfile marks subfolders of some file systems with a trailing '/'.
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
     return os.listdir(path)
 
 

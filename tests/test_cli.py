@@ -83,6 +83,30 @@ def test_demo_shrunk(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "shapes.partial")  # Drawn beside, then renamed.
 
 
+def test_a_demo_stopped_while_drawing_leaves_no_folder_to_train_on(tmp_path, monkeypatch):
+    from keras_datum import demo
+
+    drawn = []
+    real_draw = demo.draw_shape
+
+    def draw_then_stop(*args):
+        if len(drawn) == 5:
+            raise KeyboardInterrupt  # Ctrl-C halfway through the drawing.
+        drawn.append(args)
+        return real_draw(*args)
+
+    data_dir = tmp_path / "shapes"
+    (tmp_path / "shapes.partial").mkdir()  # Left by an earlier stopped run.
+    monkeypatch.setattr(demo, "draw_shape", draw_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run_demo(data_dir=data_dir, images_per_class=4, image_size=16, epochs=1, verbose=False)
+    assert not data_dir.exists()  # Nothing a later run would take as complete.
+    monkeypatch.setattr(demo, "draw_shape", real_draw)
+    demo.run_demo(data_dir=data_dir, images_per_class=4, image_size=16, epochs=1, verbose=False)
+    assert sorted(len(os.listdir(data_dir / s)) for s in demo.SHAPES) == [4, 4, 4]
+    assert not (tmp_path / "shapes.partial").exists()
+
+
 def test_demo_arguments_it_cannot_train_on_are_refused_before_drawing(tmp_path, capsys):
     for flags, message in (
         (["--image-size", "7"], "`image_size` must be at least 8"),

@@ -116,24 +116,42 @@ def test_dense_padding_and_ragged_batches(tmp_path):
     assert set(y) == {"boxes", "labels"}
 
 
-@pytest.mark.parametrize("make_layer", [
-    lambda: keras_cv.layers.Mosaic(bounding_box_format="xyxy", seed=1),
-    lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy", seed=1),
-])
-def test_max_boxes_holds_after_a_batch_augmentation(tmp_path, make_layer):
-    # KerasCV's batch layers hand back ragged boxes, and Mosaic more of them.
-    boxes, classes = [[2, 4, 12, 20], [16, 2, 30, 10], [3, 22, 9, 30]], [1, 0, 1]
-    items = [(f"i{i}", boxes, classes, np.full((HEIGHT, WIDTH, 3), 255, np.uint8)) for i in range(8)]
+BATCH_BOX_LAYERS = {
+    "keras_cv_mosaic": (lambda: keras_cv.layers.Mosaic(bounding_box_format="xyxy", seed=1), "classes"),
+    "keras_cv_flip": (lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy", seed=1), "classes"),
+    "keras_flip": (lambda: keras.layers.RandomFlip("horizontal", bounding_box_format="xyxy", seed=1), "labels"),
+}
+
+
+@pytest.mark.parametrize("max_boxes", [2, None])
+@pytest.mark.parametrize("layer", sorted(BATCH_BOX_LAYERS))
+def test_max_boxes_holds_after_a_batch_augmentation(tmp_path, layer, max_boxes):
+    # KerasCV's batch layers hand back ragged boxes (Mosaic more of them);
+    # Keras's hands back dense ones and moves the padding boxes too.
+    make_layer, key = BATCH_BOX_LAYERS[layer]
+    three = [[2, 4, 12, 20], [16, 2, 30, 10], [3, 22, 9, 30]]
+    white = np.full((HEIGHT, WIDTH, 3), 255, np.uint8)
+    items = [(f"i{i}", three[: 1 + i % 3], [1, 0, 1][: 1 + i % 3], white) for i in range(8)]
     root = write_voc(tmp_path / "voc", items)
-    ds = DatumDataset(root, image_size=(32, 32), batch_size=4, max_boxes=2, validation_split=None, verbose=False)
+    ds = DatumDataset(root, image_size=(32, 32), batch_size=4, max_boxes=max_boxes,
+                      bounding_box_class_key=key, validation_split=None, verbose=False)
     train = ds.train(batch_augment=make_layer())
-    assert train.element_spec[1]["boxes"] == tf.TensorSpec((None, 2, 4), tf.float32)
-    assert train.element_spec[1]["classes"] == tf.TensorSpec((None, 2), tf.float32)
+    if max_boxes:
+        assert train.element_spec[1]["boxes"] == tf.TensorSpec((None, 2, 4), tf.float32)
+        assert train.element_spec[1][key] == tf.TensorSpec((None, 2), tf.float32)
+    padded = 0
     for _, y in train:
-        classes = y["classes"].numpy()
-        # Each image keeps at most two of its boxes, and padding is class -1.
-        assert classes.shape[1] == 2 and set(np.unique(classes)) <= {-1.0, 0.0, 1.0}
+        if not max_boxes:
+            # Ragged, as max_boxes=None promises, and without padding rows.
+            assert isinstance(y["boxes"], tf.RaggedTensor) and isinstance(y[key], tf.RaggedTensor)
+            assert set(np.unique(y[key].flat_values.numpy())) <= {0.0, 1.0}
+            continue
+        classes = y[key].numpy()
+        # Each image keeps at most two of its boxes; padding is class -1 and box -1.
+        assert set(np.unique(classes)) <= {-1.0, 0.0, 1.0}
         assert (y["boxes"].numpy()[classes == -1] == -1).all()
+        padded += int((classes == -1).sum())
+    assert not max_boxes or layer == "keras_cv_mosaic" or padded > 0
 
 
 def _one_object(tmp_path):

@@ -145,7 +145,8 @@ def test_paths_on_url_file_systems_keep_their_shape():
     assert not storage.is_inside("gs://bucket/database/a.png", "gs://bucket/data")
     assert not storage.is_inside("gs://bucket/data/../x.png", "gs://bucket/data")
     # A file system's root stays a URL.
-    assert storage.abspath("ram://") == storage.abspath("ram:///") == "ram://"
+    assert storage.abspath("ram://") == "ram://"
+    assert storage.abspath("ram:///") == "ram:///" and storage.abspath("file:///") == "file:///"
     assert storage.abspath("gs://bucket/data/") == "gs://bucket/data"
 
 
@@ -154,11 +155,13 @@ def test_a_ram_source_beside_a_longer_named_sibling_lists_each_class_once(ram_ro
     # as `set`, beside the real class folder `set`.
     _class_folders(f"{ram_root}/data", {"set": 3, "other": 3})
     _class_folders(f"{ram_root}/dataset", {"x": 2})
+    _class_folders(f"{ram_root}/datas", {"y": 1})  # Would show up as a class `s`.
     assert sorted(storage.listdir(f"{ram_root}/data")) == ["other", "set"]
     ds = DatumDataset(f"{ram_root}/data", cache_dir=f"{ram_root}/cache", validation_split=None, verbose=False)
     assert ds.class_names == ["other", "set"] and ds.num_examples == {"train": 6}
     # TensorFlow's own recursive delete of the root trips on the same prefix.
     tf.io.gfile.rmtree(f"{ram_root}/dataset")
+    tf.io.gfile.rmtree(f"{ram_root}/datas")
 
 
 def test_voc_detection_on_ram(ram_root, tmp_path):

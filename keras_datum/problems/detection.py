@@ -533,11 +533,20 @@ def batch(dataset, batch_size, options):
 
 
 def after_batch_augment(inputs, options):
-    """Boxes back to `max_boxes` rows after a batch augmentation: KerasCV's
-    `Mosaic` or `RandomFlip` hand back ragged boxes, or other counts."""
+    """A batch's boxes back in the form `max_boxes` asks for, after a batch
+    augmentation: KerasCV's `Mosaic` and `RandomFlip` hand back ragged boxes
+    (Mosaic more of them), Keras's `RandomFlip` dense ones whose padding rows
+    it moved too. Padding is a box of -1 with class -1 (`max_boxes=N`), or
+    left out (ragged, `max_boxes=None`)."""
     max_boxes = options["max_boxes"]
+    key = options["bounding_box_class_key"]
+    boxes, classes = inputs["bounding_boxes"]["boxes"], inputs["bounding_boxes"][key]
     if not max_boxes:
-        return inputs  # Ragged boxes, as asked.
+        if not isinstance(classes, tf.RaggedTensor):
+            keep = classes != -1.0
+            boxes = tf.ragged.boolean_mask(boxes, keep)
+            classes = tf.ragged.boolean_mask(classes, keep)
+        return dict(inputs, bounding_boxes={"boxes": boxes, key: classes})
 
     def dense(values, tail):
         if isinstance(values, tf.RaggedTensor):
@@ -548,10 +557,9 @@ def after_batch_augment(inputs, options):
             tf.pad(values, padding, constant_values=-1.0), [None, max_boxes] + tail
         )
 
-    key = options["bounding_box_class_key"]
-    boxes = inputs["bounding_boxes"]
-    fitted = {"boxes": dense(boxes["boxes"], [4]), key: dense(boxes[key], [])}
-    return dict(inputs, bounding_boxes=fitted)
+    classes = dense(classes, [])
+    boxes = tf.where((classes == -1.0)[..., None], -1.0, dense(boxes, [4]))
+    return dict(inputs, bounding_boxes={"boxes": boxes, key: classes})
 
 
 def to_keras(inputs):
