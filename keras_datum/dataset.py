@@ -353,7 +353,7 @@ class DatumDataset:
     Raises:
         FileNotFoundError: `source` does not exist.
         ValueError: an argument has a bad value; the message names it.
-        TypeError: `source` is not a path.
+        TypeError: `source` or `cache_dir` is not a path.
 
     Example:
 
@@ -400,6 +400,13 @@ class DatumDataset:
                 f"`source` must be a path to a folder. Received: source={source!r}"
             )
         source = os.fspath(source)
+        if cache_dir is not None and (
+            not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir)
+        ):
+            raise TypeError(
+                "`cache_dir` must be a path to a folder (a str or os.PathLike, not "
+                f"empty) or None. Received: cache_dir={cache_dir!r}"
+            )
         self._image_size = _check_image_size(image_size)
         self._batch_size = _check_batch_size(batch_size)
         _choice("label_mode", label_mode, classification.LABEL_MODES)
@@ -629,6 +636,7 @@ class DatumDataset:
         Returns:
             The metadata dict (the same as `info`).
         """
+        _check_bool("force", force)
         if runner is not None:
             from keras_datum import beam
 
@@ -804,6 +812,7 @@ class DatumDataset:
         """The files left out at export, each with its split and reason."""
         if self._datum_export:
             return []  # datum's shards are read as they are: nothing was left out.
+        self._ensure_exported()  # As `info`: the first use exports.
         with storage.open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
             return json.load(f)
 

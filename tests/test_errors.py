@@ -201,3 +201,15 @@ def test_a_bad_data_service_is_named_before_any_export(class_folders, tmp_path):
             ds.train(data_service=bad)
     assert not (tmp_path / "cache").exists()
 
+
+def test_export_force_and_cache_dir_are_checked_and_invalid_files_exports(class_folders, tmp_path):
+    for bad in (5, b"/tmp/cache", ""):
+        with pytest.raises(TypeError, match=r"`cache_dir` must be a path to a folder"):
+            DatumDataset(class_folders, cache_dir=bad, verbose=False)
+    ds = DatumDataset(class_folders, cache_dir=tmp_path / "cache", verbose=False)
+    # The first use exports, as for `info`, instead of a bare FileNotFoundError.
+    assert ds.invalid_files == [] and (tmp_path / "cache" / "metadata.json").exists()
+    # A string such as "no" would be true: a whole export again.
+    with pytest.raises(ValueError, match=r"`force` must be True or False. Received: force='no'"):
+        ds.export(force="no")
+
