@@ -76,23 +76,20 @@ class Augmentation:
                         )
 
     def __call__(self, inputs):
-        if self.seed is None or tf.executing_eagerly():
-            for step in self.steps:
-                inputs = _apply(step, inputs, self.argument)
-            return inputs
-        # Traced with a seed: each step's new global random ops are counted
+        # Traced with a seed, each step's new global random ops are counted
         # in the function being built, so that a step the seed cannot make
         # repeat is named instead of silently changing from call to call.
+        counting = self.seed is not None and not tf.executing_eagerly()
         graph = tf.compat.v1.get_default_graph()
+        before = _global_random_ops(graph) if counting else None
         unseeded = []
-        before = _global_random_ops(graph)
         for step in self.steps:
             inputs = _apply(step, inputs, self.argument)
-            after = _global_random_ops(graph)
-            drawn = after - before
-            before = after
-            if drawn:
-                unseeded.append(f"{_name(step)} ({', '.join(sorted(drawn))})")
+            if counting:
+                after = _global_random_ops(graph)
+                if after - before:
+                    unseeded.append(f"{_name(step)} ({', '.join(sorted(after - before))})")
+                before = after
         if unseeded:
             warnings.warn(
                 f"With seed={self.seed}, these {self.argument} steps still draw from "

@@ -43,9 +43,10 @@ def default_cache_dir(source, variant=None):
         variant: the export options that differ from their defaults and
             change what the export holds (the validation carve's
             `validation_split` and `seed`, `problem`, `follow_links`, the
-            size cap `max_image_side`), as a dict. When given, a short hash of them ends the name, so that
-            datasets of one folder with different carves each get their own
-            cache instead of exporting over each other's shards.
+            size cap `max_image_side`), as a dict. When given, a short hash
+            of them ends the name, so that datasets of one folder with
+            different carves each get their own cache instead of exporting
+            over each other's shards.
     """
     source = storage.abspath(source)
     digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:10]

@@ -3,7 +3,6 @@
 Everything here is graph code: no Python runs per example.
 """
 
-import functools
 import os
 
 import tensorflow as tf
@@ -153,10 +152,9 @@ def _block_records(paths, counts):
 
 
 def _literal_pattern(path):
-    """`path` as a `tf.io.matching_files` pattern that matches only itself:
-    a cache folder named `run[1]` or `a*b` would otherwise match nothing (or
-    other files), and its checks would pass without looking."""
-    return tf.strings.regex_replace(path, r"([*?\[\]\\])", r"\\\1")
+    """`path` (a string tensor) as a `tf.io.matching_files` pattern that
+    matches only itself (see `storage.glob_escape`)."""
+    return tf.strings.regex_replace(path, storage.GLOB_SPECIAL, r"\\\1")
 
 
 def _shard_blocks(path, expected, index, block):
@@ -644,17 +642,20 @@ def build(
     int_labels = _int_labels(labels_spec)
     to_float = _pixels_as(tf.float32)
 
-    def augmented(augmentation):
+    def augmented(augmentation, then=None):
         """`augmentation` on what the layers take: float32 pixels (cached ones
         are uint8) and float32 labels. KerasCV layers mix float and integer
         labels across their branches (RandAugment fails on int32); class
-        indices survive the round trip exactly."""
+        indices survive the round trip exactly. `then(outputs, options)`
+        puts the result back in the problem's form (boxes to `max_boxes`)."""
+        read_options = options
 
         def apply(inputs):
             inputs = to_float(inputs)
             if int_labels:
                 inputs["labels"] = tf.cast(inputs["labels"], tf.float32)
-            return augmentation(inputs)
+            outputs = augmentation(inputs)
+            return outputs if then is None else then(outputs, read_options)
 
         return apply
 
@@ -675,12 +676,10 @@ def build(
             batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
         )
     if batch_augment is not None:
-        dataset = dataset.map(augmented(batch_augment), num_parallel_calls=augment_calls)
-        if hasattr(problem, "after_batch_augment"):
-            dataset = dataset.map(
-                functools.partial(problem.after_batch_augment, options=options),
-                num_parallel_calls=None,
-            )
+        dataset = dataset.map(
+            augmented(batch_augment, then=getattr(problem, "after_batch_augment", None)),
+            num_parallel_calls=augment_calls,
+        )
     if not early:
         finish = _finisher(
             image_dtype, problem, labels_spec,

@@ -54,6 +54,17 @@ def is_inside(path, root):
     return os.path.commonpath([path, root]) == root
 
 
+# The characters TensorFlow's glob (`tf.io.gfile.glob`, `matching_files`)
+# reads as a pattern, as a regular expression with one group.
+GLOB_SPECIAL = r"([*?\[\]\\])"
+
+
+def glob_escape(path):
+    """`path` as a glob pattern that matches only itself: a folder named
+    `run[1]` or `a*b` would otherwise match nothing, or other files."""
+    return re.sub(GLOB_SPECIAL, r"\\\1", path)
+
+
 def abspath(path):
     """An absolute local path; a URL is already absolute."""
     path = os.fspath(path)
@@ -85,7 +96,7 @@ def listdir(path):
             # The in-memory file system lists (and answers `exists`) by
             # string prefix: a sibling `dataset/x` of `data` shows up in it
             # as `set`, and `datas/x` as `s`. Its glob matches whole names.
-            pattern = re.sub(r"([*?\[\]\\])", r"\\\1", path.rstrip("/")) + "/*"
+            pattern = glob_escape(path.rstrip("/")) + "/*"
             found = (m.rstrip("/").rsplit("/", 1)[-1] for m in tf.io.gfile.glob(pattern))
             return list(dict.fromkeys(found))
         # gfile marks subfolders of some file systems with a trailing '/'.

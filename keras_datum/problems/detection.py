@@ -502,9 +502,15 @@ def decode(parsed, info, options):
     return {"images": resized, "bounding_boxes": {"boxes": boxes, key: classes}}
 
 
-def _pad(values, max_boxes, shape):
-    values = values[:max_boxes]
-    padding = [[0, max_boxes - tf.shape(values)[0]]] + [[0, 0]] * (len(shape) - 1)
+def _pad(values, max_boxes, tail, batched=False):
+    """Boxes (`tail` [4]) or classes (`tail` []), ragged or dense, cut or
+    padded with -1 to `max_boxes` along the box axis (axis 1 of a batch)."""
+    if isinstance(values, tf.RaggedTensor):
+        values = values.to_tensor(default_value=-1.0)
+    lead = [[0, 0]] if batched else []
+    values = values[:, :max_boxes] if batched else values[:max_boxes]
+    padding = lead + [[0, max_boxes - tf.shape(values)[len(lead)]]] + [[0, 0]] * len(tail)
+    shape = [None] * len(lead) + [max_boxes] + tail
     return tf.ensure_shape(tf.pad(values, padding, constant_values=-1.0), shape)
 
 
@@ -518,8 +524,8 @@ def batch(dataset, batch_size, options):
         def pad(inputs):
             boxes = inputs["bounding_boxes"]
             padded = {
-                "boxes": _pad(boxes["boxes"], max_boxes, [max_boxes, 4]),
-                key: _pad(boxes[key], max_boxes, [max_boxes]),
+                "boxes": _pad(boxes["boxes"], max_boxes, [4]),
+                key: _pad(boxes[key], max_boxes, []),
             }
             return dict(inputs, bounding_boxes=padded)
 
@@ -547,18 +553,8 @@ def after_batch_augment(inputs, options):
             boxes = tf.ragged.boolean_mask(boxes, keep)
             classes = tf.ragged.boolean_mask(classes, keep)
         return dict(inputs, bounding_boxes={"boxes": boxes, key: classes})
-
-    def dense(values, tail):
-        if isinstance(values, tf.RaggedTensor):
-            values = values.to_tensor(default_value=-1.0)
-        values = values[:, :max_boxes]
-        padding = [[0, 0], [0, max_boxes - tf.shape(values)[1]]] + [[0, 0]] * len(tail)
-        return tf.ensure_shape(
-            tf.pad(values, padding, constant_values=-1.0), [None, max_boxes] + tail
-        )
-
-    classes = dense(classes, [])
-    boxes = tf.where((classes == -1.0)[..., None], -1.0, dense(boxes, [4]))
+    classes = _pad(classes, max_boxes, [], batched=True)
+    boxes = tf.where((classes == -1.0)[..., None], -1.0, _pad(boxes, max_boxes, [4], batched=True))
     return dict(inputs, bounding_boxes={"boxes": boxes, key: classes})
 
 
