@@ -447,8 +447,9 @@ them on, except the opt-in uint8 output, which has its own table):
   from 2.25x up (where bilinear resizing without antialiasing skips pixels); 2.5x
   keeps a margin.
 - **Decoded in-memory cache** (`cache="auto"`): when the split fits a quarter of the
-  available memory at the target size as uint8, the first epoch fills it and later
-  epochs only shuffle, batch and cast. This is where the later-epoch ratios come from.
+  available memory at the target size as uint8 (in a container, of what its memory
+  limit leaves, which the host's free memory does not show), the first epoch fills it
+  and later epochs only shuffle, batch and cast. This is where the later-epoch ratios come from.
   Pixels that need no resize stay uint8 all the way into the cache, and pixels from
   resize methods that cannot leave [0, 255] (bilinear, area, nearest) are not clipped.
 - **Decode path chosen per split.** The export's stats (which images have raw

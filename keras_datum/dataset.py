@@ -16,6 +16,7 @@ from keras_datum import distribute
 from keras_datum import encode as encode_lib
 from keras_datum import export as export_lib
 from keras_datum import images
+from keras_datum import memory
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import storage
@@ -321,7 +322,9 @@ class DatumDataset:
             split is checked on its own when it is built, so `train()` and
             `val()` may together use twice this. Defaults to `None`: a
             quarter of the memory available when the split is built (after
-            the splits cached before it took theirs).
+            the splits cached before it took theirs): the host's, or what a
+            container's or job's memory limit (its cgroup's) leaves, where
+            that is less.
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).
@@ -978,7 +981,7 @@ class DatumDataset:
         `cache="auto"`)."""
         if self._cache != "auto":
             return self._cache, None
-        budget = self._cache_budget or pipeline.default_cache_budget()
+        budget = self._cache_budget or memory.default_cache_budget()
         return pipeline.decoded_bytes(meta, split, self._read_options) <= budget, budget
 
     def train(

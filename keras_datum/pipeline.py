@@ -341,28 +341,6 @@ def _rounded_uint8(value, interpolation=None):
     return tf.cast(tf.round(value), tf.uint8)
 
 
-# The automatic in-memory cache may take this fraction of the memory that is
-# available when the split is built: enough for most datasets that fit at all,
-# while leaving the model, the shuffle buffer and other processes their room.
-DEFAULT_CACHE_FRACTION = 0.25
-
-
-def available_memory():
-    """Bytes of memory available now (Linux's MemAvailable, else free pages)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def default_cache_budget():
-    return int(available_memory() * DEFAULT_CACHE_FRACTION)
-
-
 def decoded_bytes(meta, split, options):
     """Memory the decoded split takes at the target size, as uint8."""
     info = meta["splits"][split]
