@@ -20,6 +20,16 @@ def _write(root, relative, text):
         f.write(text)
 
 
+def _group(root, relative, version, limit, usage, stat=""):
+    """A cgroup's memory files: v1's or v2's names for the limit and the usage."""
+    names = {1: ("memory.limit_in_bytes", "memory.usage_in_bytes"), 2: ("memory.max", "memory.current")}
+    limit_file, usage_file = names[version]
+    _write(root, os.path.join(relative, limit_file), f"{limit}\n")
+    _write(root, os.path.join(relative, usage_file), f"{usage}\n")
+    if stat:
+        _write(root, os.path.join(relative, "memory.stat"), stat)
+
+
 def test_a_memory_limit_of_this_process_cgroup_bounds_the_budget(tmp_path):
     """A real cgroup v1 memory limit, as a container's: the process inside
     it sees the host's /proc/meminfo, and the budget must follow the limit."""
@@ -58,13 +68,9 @@ def test_a_memory_limit_of_this_process_cgroup_bounds_the_budget(tmp_path):
 def test_cgroup_v2_takes_the_tightest_limit_up_the_tree_less_its_usage(tmp_path):
     root = str(tmp_path / "cgroup")
     _write(root, "cgroup.controllers", "cpu memory\n")
-    _write(root, "job/memory.max", "1000000\n")
-    _write(root, "job/memory.current", "700000\n")
     # Page cache the kernel can drop does not count as used.
-    _write(root, "job/memory.stat", "anon 500000\nfile 200000\ninactive_file 150000\n")
-    _write(root, "job/step/memory.max", "max\n")
-    _write(root, "job/step/memory.current", "600000\n")
-    _write(root, "job/step/memory.stat", "inactive_file 0\n")
+    _group(root, "job", 2, 1000000, 700000, "anon 500000\nfile 200000\ninactive_file 150000\n")
+    _group(root, "job/step", 2, "max", 600000, "inactive_file 0\n")
     proc = tmp_path / "cgroup_of_self"
     proc.write_text("0::/job/step\n")
     assert memory.cgroup_available(str(proc), root) == 1000000 - (700000 - 150000)
@@ -77,21 +83,17 @@ def test_a_container_reads_its_own_cgroup_at_the_mount_root(tmp_path):
     """In a cgroup namespace, /proc/self/cgroup may name a path the mount
     does not show; the mount's root is then this process's group."""
     root = str(tmp_path / "cgroup")
-    _write(root, "memory/memory.limit_in_bytes", "2000000\n")
-    _write(root, "memory/memory.usage_in_bytes", "500000\n")
-    _write(root, "memory/memory.stat", "inactive_file 1\ntotal_inactive_file 100000\n")
+    _group(root, "memory", 1, 2000000, 500000, "inactive_file 1\ntotal_inactive_file 100000\n")
     proc = tmp_path / "cgroup_of_self"
     proc.write_text("5:cpu:/docker/abc\n4:memory:/docker/abc\n0::/docker/abc\n")
     assert memory.cgroup_available(str(proc), root) == 2000000 - (500000 - 100000)
 
 
-@pytest.mark.parametrize("limit", ["9223372036854771712\n", "max\n"])
+@pytest.mark.parametrize("limit", ["9223372036854771712", "max"])
 def test_no_limit_or_no_cgroup_leaves_the_host_figure(tmp_path, limit):
     root = str(tmp_path / "cgroup")
-    _write(root, "memory/memory.limit_in_bytes", limit)
-    _write(root, "memory/memory.usage_in_bytes", "500000\n")
-    _write(root, "unified/memory.max", limit)
-    _write(root, "unified/memory.current", "500000\n")
+    _group(root, "memory", 1, limit, 500000)
+    _group(root, "unified", 2, limit, 500000)
     proc = tmp_path / "cgroup_of_self"
     proc.write_text("4:memory:/\n0::/\n")
     assert memory.cgroup_available(str(proc), root) is None
