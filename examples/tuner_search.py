@@ -51,7 +51,8 @@ class DatumHyperModel(keras_tuner.HyperModel):
         )
 
     def build(self, hp):
-        model = build_model((self.image_size, self.image_size), 3)
+        num_classes = len(self.dataset().class_names)
+        model = build_model((self.image_size, self.image_size), num_classes)
         learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log")
         model.compile(
             optimizer=keras.optimizers.Adam(learning_rate),

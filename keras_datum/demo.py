@@ -6,6 +6,7 @@ square or triangle on a noisy background of another colour).
 
 import os
 import shutil
+import tempfile
 
 import numpy as np
 from PIL import Image
@@ -118,15 +119,21 @@ def run_demo(
             print(f"Drawing {images_per_class * len(SHAPES)} images into {data_dir}")
         # Drawn beside it and renamed into place when complete: a run stopped
         # halfway must not leave a folder that later runs would train on.
-        partial = os.path.normpath(data_dir) + ".partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        make_shapes_dataset(partial, images_per_class, image_size, seed)
+        # A folder of its own (never one of the user's, whatever its name),
+        # removed if the drawing fails.
+        parent, name = os.path.split(os.path.normpath(os.path.abspath(data_dir)))
+        os.makedirs(parent, exist_ok=True)
+        partial = tempfile.mkdtemp(prefix=f"{name}.partial-", dir=parent)
         try:
-            os.rename(partial, data_dir)
-        except OSError:
-            if not os.path.isdir(data_dir):
-                raise
-            shutil.rmtree(partial)  # Another run drew the same folder first.
+            make_shapes_dataset(partial, images_per_class, image_size, seed)
+            try:
+                os.rename(partial, data_dir)
+            except OSError:
+                if not os.path.isdir(data_dir):
+                    raise
+                # Another run drew the same folder first.
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # Gone after the rename.
     keras.utils.set_random_seed(seed)
     ds = DatumDataset(
         data_dir,

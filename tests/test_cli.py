@@ -80,7 +80,7 @@ def test_demo_shrunk(tmp_path, capsys):
     assert "Classes: ['circle', 'square', 'triangle']" in out
     assert "Validation accuracy:" in out
     assert len(os.listdir(tmp_path / "shapes" / "circle")) == 12
-    assert not os.path.exists(tmp_path / "shapes.partial")  # Drawn beside, then renamed.
+    assert sorted(p.name for p in tmp_path.glob("shapes*")) == ["shapes"]  # Drawn beside, then renamed.
 
 
 def test_a_demo_stopped_while_drawing_leaves_no_folder_to_train_on(tmp_path, monkeypatch):
@@ -96,15 +96,20 @@ def test_a_demo_stopped_while_drawing_leaves_no_folder_to_train_on(tmp_path, mon
         return real_draw(*args)
 
     data_dir = tmp_path / "shapes"
-    (tmp_path / "shapes.partial").mkdir()  # Left by an earlier stopped run.
+    # A folder of the user's that happens to have the name a drawing in
+    # progress might take: it is never touched.
+    (tmp_path / "shapes.partial").mkdir()
+    (tmp_path / "shapes.partial" / "thesis.txt").write_text("draft")
     monkeypatch.setattr(demo, "draw_shape", draw_then_stop)
     with pytest.raises(KeyboardInterrupt):
         demo.run_demo(data_dir=data_dir, images_per_class=4, image_size=16, epochs=1, verbose=False)
-    assert not data_dir.exists()  # Nothing a later run would take as complete.
+    # Nothing a later run would take as complete, and nothing left behind.
+    assert sorted(p.name for p in tmp_path.glob("shapes*")) == ["shapes.partial"]
     monkeypatch.setattr(demo, "draw_shape", real_draw)
     demo.run_demo(data_dir=data_dir, images_per_class=4, image_size=16, epochs=1, verbose=False)
     assert sorted(len(os.listdir(data_dir / s)) for s in demo.SHAPES) == [4, 4, 4]
-    assert not (tmp_path / "shapes.partial").exists()
+    assert sorted(p.name for p in tmp_path.glob("shapes*")) == ["shapes", "shapes.partial"]
+    assert (tmp_path / "shapes.partial" / "thesis.txt").read_text() == "draft"
 
 
 def test_demo_arguments_it_cannot_train_on_are_refused_before_drawing(tmp_path, capsys):

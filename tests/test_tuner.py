@@ -3,6 +3,7 @@
 import importlib.util
 import math
 import os
+import shutil
 
 import keras
 import keras_tuner
@@ -42,6 +43,8 @@ def test_two_trials_export_once_and_honour_batch_size(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export, "export_layout", counting_export)
     source = make_shapes_dataset(str(tmp_path / "shapes"), images_per_class=20, image_size=32)
+    # A fourth class: the example's model takes its outputs from the dataset.
+    shutil.copytree(os.path.join(source, "circle"), os.path.join(source, "star"))
     trials = []
 
     class RecordingHyperModel(example.DatumHyperModel):
@@ -63,6 +66,8 @@ def test_two_trials_export_once_and_honour_batch_size(tmp_path, monkeypatch):
     )
     tuner.search(epochs=1, verbose=0)
     assert len(tuner.oracle.trials) == 2
+    assert [t.status for t in tuner.oracle.trials.values()] == ["COMPLETED"] * 2
+    assert tuner.get_best_models(1)[0].output_shape == (None, 4)
     assert exports == [str(tmp_path / "cache")]
     train_examples = hypermodel.dataset().num_examples["train"]
     assert len(trials) == 2
