@@ -250,7 +250,7 @@ def build_parser():
     preview = commands.add_parser("preview", help="save a grid of captioned samples")
     preview.add_argument("source")
     preview.add_argument("--path", default="preview.png")
-    preview.add_argument("--split", default="train")
+    preview.add_argument("--split", default="train", choices=["train", "val", "test"])
     preview.add_argument("--num-images", type=_positive_int, default=16)
     preview.add_argument("--image-size", type=_positive_int, default=128)
     preview.add_argument("--cache-dir", default=None)

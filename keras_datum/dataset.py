@@ -115,6 +115,8 @@ def _check_positive_or_none(name, value):
 # the size cap, so that a sweep over image sizes never exports over the
 # datasets it made before.
 _CARVE_OPTIONS = ("validation_split", "seed", "problem", "follow_links", "max_image_side")
+# The splits a source folder can have (a datum export may name others).
+_SPLITS = ("train", "val", "test")
 
 
 def _export_options(image_size, validation_split, seed, follow_links, problem,
@@ -1088,6 +1090,15 @@ class DatumDataset:
                 raise ValueError(
                     f"`{name}` must be a positive integer. Received: {name}={value!r}"
                 )
+        # Everything that can be checked without the cache, before it is made.
+        _check_seed(seed)
+        augment_lib.resolve(augment, batch_augment, None, None)
+        if not self._datum_export and split not in _SPLITS:
+            raise ValueError(
+                f"`split` must be one of {list(_SPLITS)}. Received: split={split!r}"
+            )
+        if path is not None:
+            visualize.check_figure_path(path)
         if self.info["problem"] == "text":
             raise ValueError(
                 "preview() draws images; for a text dataset look at "

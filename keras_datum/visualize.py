@@ -1,8 +1,27 @@
 """Seeing the data: a captioned grid of samples, and a dataset card."""
 
 import math
+import os
 
 import numpy as np
+
+
+def check_figure_path(path):
+    """Refuses a path whose extension matplotlib cannot save, before any work."""
+    if not isinstance(path, (str, os.PathLike)):
+        return  # A file object: matplotlib writes its default format.
+    extension = os.path.splitext(os.fspath(path))[1][1:].lower()
+    if not extension:
+        return  # Saved as PNG, matplotlib's default.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    if extension not in formats:
+        raise ValueError(
+            f"`path` must end in an image format matplotlib saves "
+            f"({', '.join(sorted(formats))}). Received: path={path!r}"
+        )
 
 
 def _caption(label, class_names):

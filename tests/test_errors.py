@@ -180,6 +180,20 @@ def test_batch_augment_without_batches_and_bad_preview_arguments_are_named(tmp_p
             ds.preview(**{name: value})
 
 
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"split": "tset"}, ValueError, r"`split` must be one of \['train', 'val', 'test'\]. Received: split='tset'"),
+    ({"seed": -1}, ValueError, r"`seed` must be a non-negative integer"),
+    ({"augment": 5}, TypeError, r"`augment` must be a Keras layer"),
+    ({"path": "grid.txt"}, ValueError, r"`path` must end in an image format matplotlib saves \(.*png.*\). Received: path='grid.txt'"),
+])
+def test_bad_preview_arguments_are_refused_before_the_export(tmp_path, kwargs, error, message):
+    root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2})
+    ds = DatumDataset(root, image_size=(8, 8), cache_dir=tmp_path / "cache", verbose=False)
+    with pytest.raises(error, match=message):
+        ds.preview(**kwargs)
+    assert not os.path.exists(tmp_path / "cache")
+
+
 @pytest.mark.parametrize("name, value, owners", [
     ("bucket_boundaries", [4, 8], "text"),
     ("max_boxes", 5, "detection"),

@@ -49,6 +49,14 @@ def test_cli_preview(shapes, tmp_path, capsys):
     assert f"Wrote {path}" in capsys.readouterr().out
 
 
+def test_cli_preview_refuses_a_split_name_before_the_export(shapes, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    with pytest.raises(SystemExit):
+        cli.main(["preview", shapes, "--split", "tset", "--cache-dir", str(cache)])
+    assert "invalid choice: 'tset'" in capsys.readouterr().err
+    assert not cache.exists()
+
+
 def test_summary_card(shapes, tmp_path):
     (tmp_path / "shapes" / "circle" / "broken.png").write_bytes(b"")
     ds = DatumDataset(shapes, image_size=(32, 32), verbose=False)
