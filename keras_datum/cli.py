@@ -185,10 +185,12 @@ def _benchmark(args):
     from keras_datum.dataset import DatumDataset
 
     side = "auto" if args.max_image_side is None else args.max_image_side
+    # The dataset's default size unless given: a text source takes none.
+    sized = {} if args.image_size is None else {"image_size": (args.image_size,) * 2}
     ds = DatumDataset(
         args.source,
         follow_links=args.follow_links,
-        image_size=(args.image_size, args.image_size),
+        **sized,
         batch_size=args.batch_size,
         cache_dir=args.cache_dir,
         validation_split=args.validation_split,
@@ -268,7 +270,7 @@ def build_parser():
     benchmark.add_argument("--cache-dir", default=None)
     _carve_flags(benchmark)
     benchmark.add_argument("--split", default="train", choices=["train", "val", "test"])
-    benchmark.add_argument("--image-size", type=_positive_int, default=224)
+    benchmark.add_argument("--image-size", type=_positive_int, default=None)
     benchmark.add_argument("--batch-size", type=_positive_int, default=32)
     benchmark.add_argument("--epochs", type=_positive_int, default=3)
     benchmark.add_argument("--image-dtype", default=None, choices=["uint8"])

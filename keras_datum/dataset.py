@@ -89,12 +89,25 @@ def _check_batch_size(batch_size):
 
 # Read options of one problem type, and the problems they apply to. Set away
 # from their defaults on a dataset of another type, they would do nothing.
+_IMAGE_PROBLEMS = tuple(name for name in problems.PROBLEM_NAMES if name != "text")
 _PROBLEM_OPTIONS = {
     "bucket_boundaries": ("text",),
     "max_boxes": ("detection",),
     "bounding_box_format": ("detection",),
     "bounding_box_class_key": ("detection",),
+    **{
+        name: _IMAGE_PROBLEMS
+        for name in (
+            "image_size", "color_mode", "interpolation", "crop_to_aspect_ratio",
+            "pad_to_aspect_ratio", "max_image_side",
+        )
+    },
 }
+
+
+def _in_words(names):
+    """('a', 'b', 'c') -> 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _check_bool(name, value):
@@ -400,6 +413,7 @@ class DatumDataset:
         image_dtype=None,
         verbose=True,
     ):
+        arguments = dict(locals())
         if not isinstance(source, (str, os.PathLike)):
             raise TypeError(
                 f"`source` must be a path to a folder. Received: source={source!r}"
@@ -477,14 +491,11 @@ class DatumDataset:
         )
         defaults, carve_defaults = _defaults()
         # Checked against the problem once it is known (`_resolve_read_options`).
+        arguments["image_size"] = self._image_size
         self._problem_options_set = {
-            name: value
-            for name, value in (
-                ("bucket_boundaries", bucket_boundaries), ("max_boxes", max_boxes),
-                ("bounding_box_format", bounding_box_format),
-                ("bounding_box_class_key", bounding_box_class_key),
-            )
-            if value != defaults[name]
+            name: arguments[name]
+            for name in _PROBLEM_OPTIONS
+            if arguments[name] != defaults[name]
         }
         self._default_cache_dir = not cache_dir
         if cache_dir:
@@ -751,7 +762,7 @@ class DatumDataset:
             owners = _PROBLEM_OPTIONS[name]
             if problem not in owners:
                 raise ValueError(
-                    f"`{name}` applies to {' and '.join(owners)} datasets, and this "
+                    f"`{name}` applies to {_in_words(owners)} datasets, and this "
                     f"one is {problem}, so it would be ignored. Received: {name}={value!r}"
                 )
         if self._read_options["pad_to_aspect_ratio"] is None:

@@ -149,3 +149,35 @@ def test_image_dtype_is_refused_for_text_before_any_export(tmp_path):
     DatumDataset(root, cache_dir=cache_dir, verbose=False).export()
     with pytest.raises(ValueError, match=r"`image_dtype` applies to images; this is a text dataset"):
         DatumDataset(root, image_dtype="uint8", cache_dir=cache_dir, verbose=False, reexport="never").train()
+
+
+@pytest.mark.parametrize("name, value", [
+    ("image_size", (64, 64)),
+    ("color_mode", "grayscale"),
+    ("interpolation", "nearest"),
+    ("crop_to_aspect_ratio", True),
+    ("pad_to_aspect_ratio", True),
+    ("max_image_side", 100),
+])
+def test_image_options_are_refused_for_text_before_any_export(tmp_path, name, value):
+    root, _ = write_text_folders(tmp_path / "src", per_class=3)
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(root, cache_dir=cache_dir, verbose=False, **{name: value})
+    with pytest.raises(
+        ValueError,
+        match=rf"`{name}` applies to detection, segmentation and classification "
+        rf"datasets, and this one is text, so it would be ignored",
+    ):
+        ds.train()
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())
+
+
+def test_the_benchmark_command_reads_a_text_source(tmp_path, capsys):
+    from keras_datum import cli
+
+    root, _ = write_text_folders(tmp_path / "src", per_class=3)
+    code = cli.main(["benchmark", root, "--cache-dir", str(tmp_path / "cache"),
+                     "--epochs", "1", "--batch-size", "2", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["split"] == "train"
