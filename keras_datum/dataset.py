@@ -55,7 +55,17 @@ DATUM_READ_OPTIONS = (
 
 
 def _choice(name, value, allowed):
-    if value not in allowed:
+    # By type as well as value: `1 == True`, so `cache=1` would pass for True.
+    def same(option):
+        if isinstance(option, bool):
+            return isinstance(value, (bool, np.bool_)) and bool(value) == option
+        return (
+            not isinstance(value, (bool, np.bool_))
+            and isinstance(value, type(option))
+            and value == option
+        )
+
+    if not any(same(option) for option in allowed):
         shown = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"`{name}` must be one of {shown}. Received: {name}={value!r}")
 
@@ -333,7 +343,8 @@ class DatumDataset:
             overshoots) differ from an uncached one's, so `"auto"` on machines
             with other free memory can give other streams: pass `True` or
             `False` for one that repeats everywhere.
-        cache_budget: bytes the automatic cache may use for one split; each
+        cache_budget: with `cache="auto"` only (refused with another
+            `cache`): bytes the automatic cache may use for one split; each
             split is checked on its own when it is built, so `train()` and
             `val()` may together use twice this. Defaults to `None`: a
             quarter of the memory available when the split is built (after
@@ -475,6 +486,11 @@ class DatumDataset:
             _check_positive_or_none("max_image_side", max_image_side)
         _choice("cache", cache, ("auto", True, False))
         _check_positive_or_none("cache_budget", cache_budget)
+        if cache_budget is not None and not (isinstance(cache, str) and cache == "auto"):
+            raise ValueError(
+                "`cache_budget` sizes the automatic cache, so it applies only with "
+                f"cache='auto'. Received: cache={cache!r}, cache_budget={cache_budget!r}"
+            )
         distribute.check_strategy(strategy)
         _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
         _choice("image_dtype", image_dtype, IMAGE_DTYPES)
@@ -490,6 +506,10 @@ class DatumDataset:
             min_shards=1 if strategy == "auto" else distribute.num_workers(strategy),
         )
         defaults, carve_defaults = _defaults()
+        # A carve asked for, which a source with its own val split would ignore.
+        self._carve_asked = self._export_options["validation_split"] not in (
+            0.0, carve_defaults["validation_split"],
+        )
         # Checked against the problem once it is known (`_resolve_read_options`).
         arguments["image_size"] = self._image_size
         self._problem_options_set = {
@@ -695,6 +715,13 @@ class DatumDataset:
             self._export_options["follow_links"],
         )
         # Read options are checked against what was found before any writing.
+        if self._carve_asked and "val" in layout.splits:
+            raise ValueError(
+                f"{self.source!r} has its own validation split, so "
+                "`validation_split` (which carves one out of train) would be "
+                "ignored. Leave it out, or pass None. Received: validation_split="
+                f"{self._export_options['validation_split']!r}"
+            )
         self._resolve_read_options(layout.problem)
         problems.get(layout.problem).check_read_options(layout.info, self._read_options)
         sizes = {}

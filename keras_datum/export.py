@@ -107,6 +107,15 @@ def plan_splits(layout, validation_split, seed):
             splits["train"], validation_split, seed
         )
         carved = True
+        if not splits["val"]:
+            warnings.warn(
+                f"validation_split={validation_split} carves no validation example "
+                f"out of {len(splits['train'])}: each class gives "
+                "round(its count * validation_split), and keeps one for training. "
+                "The val split is empty; pass a larger validation_split, or None "
+                "for no val split.",
+                stacklevel=2,
+            )
     return {s: splits[s] for s in ("train", "val", "test") if s in splits}, carved
 
 

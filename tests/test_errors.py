@@ -31,6 +31,11 @@ from keras_datum import DatumDataset
         ({"reexport": "sometimes"}, r"Received: reexport='sometimes'"),
         ({"problem": "ranking"}, r"Received: problem='ranking'"),
         ({"image_dtype": "float64"}, r"`image_dtype` must be one of None, 'uint8'. Received: image_dtype='float64'"),
+        # 1 == True and 0 == False, but an int is not a bool option.
+        ({"cache": 1}, r"`cache` must be one of 'auto', True, False. Received: cache=1"),
+        ({"cache": 0.0}, r"Received: cache=0.0"),
+        ({"cache": False, "cache_budget": 10}, r"`cache_budget` sizes the automatic cache, so it applies only with cache='auto'. Received: cache=False, cache_budget=10"),
+        ({"cache": True, "cache_budget": 10}, r"Received: cache=True, cache_budget=10"),
     ],
 )
 def test_bad_arguments_raise_in_the_constructor(tmp_path, kwargs, match):

@@ -60,3 +60,25 @@ def test_fingerprint_sizes_give_the_plan_that_measuring_gives(tmp_path):
     assert export.plan_split(records, "train", 3, 4, sizes) == export.plan_split(records, "train", 3, 4)
     assert export._split_bytes(records, sizes) == sum(sizes.values()) > 0
     assert export._split_bytes(records, {}) == export._split_bytes(records, sizes)
+
+
+def test_a_carve_that_leaves_val_empty_says_so(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 6, "b": 6})
+    ds = DatumDataset(root, validation_split=0.01, cache_dir=tmp_path / "cache", verbose=False)
+    with pytest.warns(UserWarning, match=r"validation_split=0.01 carves no validation example out of 12"):
+        ds.export()
+    assert ds.num_examples == {"train": 12, "val": 0}
+
+
+def test_a_carve_is_refused_for_a_source_with_its_own_val_split(tmp_path):
+    root = tmp_path / "src"
+    make_class_folders(root / "train", {"a": 3, "b": 3})
+    make_class_folders(root / "val", {"a": 1, "b": 1})
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match=r"has its own validation split, so `validation_split` .* would be ignored.*Received: validation_split=0.5"):
+        DatumDataset(root, validation_split=0.5, cache_dir=cache, verbose=False).export()
+    assert not cache.exists() or not any(cache.iterdir())
+    # The default and None leave the source's own split alone.
+    for split in (0.2, None):
+        ds = DatumDataset(root, validation_split=split, cache_dir=tmp_path / f"c{split}", verbose=False)
+        assert ds.num_examples == {"train": 6, "val": 2}
