@@ -470,6 +470,12 @@ _OWN_FILES = (
     cache.METADATA_FILE, cache.REPORT_FILE, tfds_metadata.FEATURES_FILE,
     tfds_metadata.DATASET_INFO_FILE, COMMIT_MARKER,
 )
+# What file managers, notebooks and NFS write into a folder just by being
+# near it: an export replaces them with the rest. Any other hidden file
+# (`.git`, `.env`, notes) is the user's and stops a re-export.
+_SYSTEM_FILES = (".DS_Store", ".ipynb_checkpoints", ".Trashes", ".Spotlight-V100",
+                 ".fseventsd", ".directory")
+_SYSTEM_PREFIXES = ("._", ".nfs")
 
 
 def check_cache_target(cache_dir, replacing=False):
@@ -498,12 +504,10 @@ def check_cache_target(cache_dir, replacing=False):
     if storage.exists(cache_dir) and not storage.isdir(cache_dir):
         raise ValueError(f"`cache_dir` {cache_dir!r} exists and is not a folder.")
     if replacing and storage.isdir(cache_dir):
-        # Hidden files are the system's and the editors' (`.DS_Store`,
-        # `.ipynb_checkpoints`), written just by looking at the folder.
         foreign = sorted(
             name for name in storage.listdir(cache_dir)
-            if not name.startswith(".")
-            and name not in _OWN_FILES and not _OWN_NAME.fullmatch(name)
+            if name not in _OWN_FILES and not _OWN_NAME.fullmatch(name)
+            and name not in _SYSTEM_FILES and not name.startswith(_SYSTEM_PREFIXES)
         )
         if foreign:
             raise ValueError(

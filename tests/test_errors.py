@@ -1,6 +1,7 @@
 """Every bad input gets its own clear error, raised before any work."""
 
 import os
+import shutil
 
 import pytest
 from conftest import make_class_folders
@@ -131,13 +132,21 @@ def test_files_saved_into_a_cache_are_never_deleted_by_an_export(class_folders, 
     (cache_dir / "best_model.keras").write_text("weights")
     (cache_dir / "logs").mkdir()
     (cache_dir / ".DS_Store").write_bytes(b"")  # Finder's, written by a look: not named.
+    (cache_dir / ".notes").write_text("mine")  # Hidden, but the user's.
+    (cache_dir / ".git").mkdir()
     # Reading the cache leaves them alone.
     assert len(list(DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).val())) > 0
     # Exporting again would replace the folder, so it is refused, naming them.
-    with pytest.raises(ValueError, match=r"holds files keras_datum did not write: \['best_model.keras', 'logs'\]"):
+    with pytest.raises(ValueError, match=r"holds files keras_datum did not write: \['.git', '.notes', 'best_model.keras', 'logs'\]"):
         DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).export(force=True)
     assert (cache_dir / "best_model.keras").read_text() == "weights" and (cache_dir / "logs").is_dir()
+    assert (cache_dir / ".notes").read_text() == "mine" and (cache_dir / ".git").is_dir()
     assert DatumDataset(class_folders, cache_dir=cache_dir, reexport="never", verbose=False).num_examples == ds.num_examples
+    # With only the system's files beside its own, the export goes ahead.
+    for name in (".notes", ".git", "best_model.keras", "logs"):
+        shutil.rmtree(cache_dir / name) if (cache_dir / name).is_dir() else (cache_dir / name).unlink()
+    (cache_dir / "._metadata.json").write_bytes(b"")  # macOS's AppleDouble file on a shared drive.
+    DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).export(force=True)
 
 
 def test_numpy_numbers_are_accepted_and_stored_as_python_ones(class_folders):
