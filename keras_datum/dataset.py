@@ -8,6 +8,7 @@ import os
 import warnings
 
 import numpy as np
+import tensorflow as tf
 
 from keras_datum import augment as augment_lib
 from keras_datum import cache as cache_lib
@@ -178,6 +179,17 @@ def _defaults():
         min_shards=1,
     )
     return given, {name: options[name] for name in _CARVE_OPTIONS}
+
+
+def _read_seed(seed):
+    """The read's seed: the one given, else one drawn from TensorFlow's global
+    seed when `keras.utils.set_random_seed` (or `tf.random.set_seed`) has set
+    it, as TensorFlow's own random ops do, so that a run repeats as a whole;
+    else `None` (a fresh stream, read in parallel in any order)."""
+    if seed is not None:
+        return seed
+    global_seed, op_seed = tf.compat.v1.random.get_seed(None)
+    return None if global_seed is None else int(op_seed)
 
 
 def _check_cache_outside_source(cache_dir, source):
@@ -938,7 +950,7 @@ class DatumDataset:
             read_options,
             shuffle=shuffle,
             repeat=repeat,
-            seed=self._seed if seed is None else seed,
+            seed=_read_seed(self._seed if seed is None else seed),
             shuffle_buffer_size=self._shuffle_buffer_size,
             augment=augmentations[0],
             batch_augment=augmentations[1],
@@ -1053,6 +1065,9 @@ class DatumDataset:
                 `False`: one pass per epoch.
             seed: overrides the dataset's `seed` for the read shuffle and the
                 augmentation. With a seed the augmented stream repeats exactly.
+                With neither, a seed is drawn from TensorFlow's global seed
+                once `keras.utils.set_random_seed` has set it, so a run
+                repeats as a whole; else every call gives a fresh stream.
             augment: a Keras/KerasCV layer, a callable, or a list of them,
                 applied in order to each example before batching. Each gets
                 and returns the dict `{"images": ..., "labels": ...}`.
