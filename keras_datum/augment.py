@@ -7,9 +7,12 @@ dict and must return one. The dict becomes `(x, y)` only at the very end.
 """
 
 import collections
+import contextlib
+import random
 import warnings
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 # Layers that mix the labels of two examples: they need float one-hot labels.
@@ -22,6 +25,14 @@ GLOBAL_RANDOM_OPS = frozenset({
     "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
     "ParameterizedTruncatedNormal", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
     "RandomShuffle", "RandomCrop", "Multinomial",
+})
+# Ops that advance state kept outside the function (a variable, a
+# `tf.random.Generator`): in a layer, `reseed` restarts its generators; in a
+# plain function (one wrapping a layer, say), nothing can.
+STATE_OPS = frozenset({
+    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "RngReadAndSkip",
+    "RngSkip", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
+    "StatefulStandardNormalV2", "StatefulTruncatedNormal",
 })
 
 
@@ -46,6 +57,7 @@ class Augmentation:
         self.steps = list(steps)
         self.argument = argument
         self.seed = None
+        self._pending = []
 
     @property
     def mixes_labels(self):
@@ -76,44 +88,77 @@ class Augmentation:
                         )
 
     def __call__(self, inputs):
-        # Traced with a seed, each step's new global random ops are counted
-        # in the function being built, so that a step the seed cannot make
-        # repeat is named instead of silently changing from call to call.
+        # Traced with a seed, each step's new global random ops (and, for a
+        # plain function, its state ops) are counted in the function being
+        # built, so that a step the seed cannot make repeat is named instead
+        # of silently changing from call to call. Python's and NumPy's global
+        # generators, which a layer may draw from while it is traced (Keras's
+        # AugMix picks its operations so), are seeded for each step's trace
+        # and then put back as they were.
         counting = self.seed is not None and not tf.executing_eagerly()
         graph = tf.compat.v1.get_default_graph()
-        before = _global_random_ops(graph) if counting else None
+        before = _ops(graph) if counting else None
         unseeded = []
-        for step in self.steps:
-            inputs = _apply(step, inputs, self.argument)
-            if counting:
-                after = _global_random_ops(graph)
-                if after - before:
-                    unseeded.append(f"{_name(step)} ({', '.join(sorted(after - before))})")
-                before = after
+        for index, step in enumerate(self.steps):
+            if not counting:
+                inputs = _apply(step, inputs, self.argument)
+                continue
+            with _seeded_host_generators(self.seed + index):
+                inputs = _apply(step, inputs, self.argument)
+            after = _ops(graph)
+            new = after - before
+            found = sorted(op for op in new if op in GLOBAL_RANDOM_OPS)
+            if not isinstance(step, keras.layers.Layer):
+                found += sorted(op for op in new if op in STATE_OPS)
+            if found:
+                unseeded.append(f"{_name(step)} ({', '.join(found)})")
+            before = after
         if unseeded:
-            warnings.warn(
+            self._pending.append(
                 f"With seed={self.seed}, these {self.argument} steps still draw from "
-                f"TensorFlow's global random state, which the seed cannot restart, "
-                f"so their augmented stream differs from call to call: "
-                f"{'; '.join(unseeded)}. keras.layers.RandomFlip, MixUp, CutMix and "
-                "RandAugment repeat with a seed, and so does anything once "
-                "keras.utils.set_random_seed has been called.",
-                stacklevel=2,
+                f"TensorFlow's global random state or keep state of their own, which "
+                f"the seed cannot restart, so their augmented stream differs from "
+                f"call to call: {'; '.join(unseeded)}. keras.layers.RandomFlip, MixUp, "
+                "CutMix and RandAugment repeat with a seed; pass layers themselves "
+                "(not a function that calls them) so that the seed restarts them. "
+                "Global random ops repeat once keras.utils.set_random_seed has been "
+                "called."
             )
         return inputs
 
+    def warn_pending(self, stacklevel):
+        """Warns what tracing found, from the caller's line (a warning raised
+        while tracing would name autograph's generated file instead)."""
+        for message in self._pending:
+            warnings.warn(message, stacklevel=stacklevel + 1)
+        self._pending = []
 
-def _global_random_ops(graph):
-    """Counts of the unseeded `GLOBAL_RANDOM_OPS` in `graph` and the functions
-    it holds. An op with a seed (its own, or from `tf.random.set_seed` or
-    `keras.utils.set_random_seed`, which set one when it is traced) repeats."""
+
+@contextlib.contextmanager
+def _seeded_host_generators(seed):
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def _ops(graph):
+    """Counts of the `STATE_OPS` and unseeded `GLOBAL_RANDOM_OPS` in `graph`
+    and the functions it holds. A random op with a seed (its own, or from
+    `tf.random.set_seed` or `keras.utils.set_random_seed`, which set one when
+    it is traced) repeats."""
     definition = graph.as_graph_def()
     nodes = list(definition.node)
     for function in definition.library.function:
         nodes.extend(function.node_def)
     return collections.Counter(
         n.op for n in nodes
-        if n.op in GLOBAL_RANDOM_OPS and not (n.attr["seed"].i or n.attr["seed2"].i)
+        if n.op in STATE_OPS
+        or (n.op in GLOBAL_RANDOM_OPS and not (n.attr["seed"].i or n.attr["seed2"].i))
     )
 
 

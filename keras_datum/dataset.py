@@ -970,11 +970,16 @@ class DatumDataset:
                     shard_subset=(context.input_pipeline_id, context.num_input_pipelines),
                 )
 
-            return strategy.distribute_datasets_from_function(dataset_fn)
-        return build(
-            batch_size=batch_size,
-            shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
-        )
+            dataset = strategy.distribute_datasets_from_function(dataset_fn)
+        else:
+            dataset = build(
+                batch_size=batch_size,
+                shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
+            )
+        for augmentation in augmentations:
+            if augmentation is not None:
+                augmentation.warn_pending(stacklevel=3)  # The caller of train().
+        return dataset
 
     def _check_data_service(self, data_service):
         if not isinstance(data_service, str) or not data_service:

@@ -1,5 +1,7 @@
 """Keras and KerasCV layers before and after batching, with real layers."""
 
+import warnings
+
 import keras
 import keras_cv
 import numpy as np
@@ -157,6 +159,39 @@ def test_a_seed_names_the_layers_it_cannot_make_repeat(ds):
     second = ds.train(batch_augment=[keras.layers.RandomFlip("horizontal"), mix], seed=5)
     # What the warning says: the same seed, another stream.
     assert not np.array_equal(_all_x(first), _all_x(second))
+
+
+def test_a_seed_makes_augmix_repeat(ds):
+    """Keras's AugMix picks its operations with Python's `random` while it is
+    traced: the seed seeds that too, and the user's `random` is left as it was."""
+    import random
+
+    augmix = keras.layers.AugMix(value_range=(0, 255))
+    state = random.getstate()
+    first = _all_x(ds.train(augment=augmix, seed=5))
+    assert random.getstate() == state
+    for _ in range(2):
+        np.testing.assert_array_equal(first, _all_x(ds.train(augment=augmix, seed=5)))
+
+
+def test_a_seed_names_a_function_whose_layer_it_cannot_restart(ds):
+    rotate = keras.layers.RandomRotation(0.3)
+
+    def rotate_step(inputs):
+        return rotate(inputs)
+
+    with pytest.warns(UserWarning, match=r"With seed=5, these augment steps .*keep state of their own.*"
+                      r"rotate_step \(AssignVariableOp\).*pass layers themselves") as record:
+        first = ds.train(augment=rotate_step, seed=5)
+    # Named from the line that called train(), not autograph's generated file.
+    assert [w.filename for w in record if "rotate_step" in str(w.message)] == [__file__]
+    assert not np.array_equal(_all_x(first), _all_x(ds.train(augment=rotate_step, seed=5)))
+    # The layer itself, passed in the list, repeats and is not named.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(
+            _all_x(ds.train(augment=[rotate], seed=5)), _all_x(ds.train(augment=[rotate], seed=5))
+        )
 
 
 def test_augment_is_off_for_val_unless_asked(ds):
