@@ -126,10 +126,12 @@ class Augmentation:
             )
         return inputs
 
-    def warn_pending(self, stacklevel):
+    def warn_pending(self, stacklevel, warn=True):
         """Warns what tracing found, from the caller's line (a warning raised
-        while tracing would name autograph's generated file instead)."""
-        for message in self._pending:
+        while tracing would name autograph's generated file instead); with
+        `warn=False` (a seed drawn from the global seed, which seeds the
+        global random ops itself), drops it."""
+        for message in self._pending if warn else ():
             warnings.warn(message, stacklevel=stacklevel + 1)
         self._pending = []
 

@@ -164,13 +164,19 @@ def _verify(args):
     return status
 
 
+def _sized(args):
+    """`image_size` when `--image-size` was given, else the dataset's default
+    (a text source takes none, and refuses one)."""
+    return {} if args.image_size is None else {"image_size": (args.image_size,) * 2}
+
+
 def _preview(args):
     from keras_datum.dataset import DatumDataset
 
     ds = DatumDataset(
         args.source,
         follow_links=args.follow_links,
-        image_size=(args.image_size, args.image_size),
+        **_sized(args),
         cache_dir=args.cache_dir,
         validation_split=args.validation_split,
         seed=args.seed,
@@ -185,12 +191,10 @@ def _benchmark(args):
     from keras_datum.dataset import DatumDataset
 
     side = "auto" if args.max_image_side is None else args.max_image_side
-    # The dataset's default size unless given: a text source takes none.
-    sized = {} if args.image_size is None else {"image_size": (args.image_size,) * 2}
     ds = DatumDataset(
         args.source,
         follow_links=args.follow_links,
-        **sized,
+        **_sized(args),
         batch_size=args.batch_size,
         cache_dir=args.cache_dir,
         validation_split=args.validation_split,
@@ -252,9 +256,10 @@ def build_parser():
     preview = commands.add_parser("preview", help="save a grid of captioned samples")
     preview.add_argument("source")
     preview.add_argument("--path", default="preview.png")
-    preview.add_argument("--split", default="train", choices=["train", "val", "test"])
+    # Checked by preview() before any export: a datum export may name others.
+    preview.add_argument("--split", default="train")
     preview.add_argument("--num-images", type=_positive_int, default=16)
-    preview.add_argument("--image-size", type=_positive_int, default=128)
+    preview.add_argument("--image-size", type=_positive_int, default=None)
     preview.add_argument("--cache-dir", default=None)
     _carve_flags(preview)
     preview.set_defaults(run=_preview)

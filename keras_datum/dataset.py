@@ -936,7 +936,7 @@ class DatumDataset:
         if hasattr(problem, "check_augmentation"):
             for augmentation in augmentations:
                 if augmentation is not None:
-                    problem.check_augmentation(augmentation)
+                    problem.check_augmentation(augmentation, self._read_options)
         read_options = self._read_options_for(split, augmentations, meta, preview)
         strategy = self.strategy
         if batch_size is not None:
@@ -976,9 +976,11 @@ class DatumDataset:
                 batch_size=batch_size,
                 shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
             )
+        seeded = (self._seed if seed is None else seed) is not None
         for augmentation in augmentations:
             if augmentation is not None:
-                augmentation.warn_pending(stacklevel=3)  # The caller of train().
+                # From the caller of train(); only about a seed it passed.
+                augmentation.warn_pending(stacklevel=3, warn=seeded)
         return dataset
 
     def _check_data_service(self, data_service):
@@ -1072,7 +1074,9 @@ class DatumDataset:
                 augmentation. With a seed the augmented stream repeats exactly.
                 With neither, a seed is drawn from TensorFlow's global seed
                 once `keras.utils.set_random_seed` has set it, so a run
-                repeats as a whole; else every call gives a fresh stream.
+                repeats as a whole (the per-example augmentation then runs
+                on one thread, as with any seed); else every call gives a
+                fresh stream, augmented in parallel.
             augment: a Keras/KerasCV layer, a callable, or a list of them,
                 applied in order to each example before batching. Each gets
                 and returns the dict `{"images": ..., "labels": ...}`.

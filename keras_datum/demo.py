@@ -124,6 +124,9 @@ def run_demo(
         parent, name = os.path.split(os.path.normpath(os.path.abspath(data_dir)))
         os.makedirs(parent, exist_ok=True)
         partial = tempfile.mkdtemp(prefix=f"{name}.partial-", dir=parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o777 & ~umask)  # mkdtemp's 0700, as a plain mkdir.
         try:
             make_shapes_dataset(partial, images_per_class, image_size, seed)
             try:

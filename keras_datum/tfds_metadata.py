@@ -154,9 +154,10 @@ def tfds_features(meta):
     has_classes = bool(class_names) and meta["label_spec"]["type"] in (
         "class", "multi_label", "detection"
     )
-    # TFDS reads the names back one per line, stripped; names that would not
-    # survive that are left out (the features still carry the class count).
-    names_survive = all(n == n.strip() and n and "\n" not in n for n in class_names)
+    # TFDS reads the names back one per line (any line break, \r too),
+    # stripped; names that would not survive that are left out (the features
+    # still carry the class count).
+    names_survive = all(n and n == n.strip() and n.splitlines() == [n] for n in class_names)
     features, label_files = {}, {}
     for key, spec in meta["features"].items():
         if key in IMAGE_CHANNELS and spec["dtype"] == "string":

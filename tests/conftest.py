@@ -15,6 +15,17 @@ def keras_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(autouse=True)
+def no_global_seed_left_behind():
+    """A test that sets TensorFlow's global seed (the demo calls
+    keras.utils.set_random_seed) clears it, so later tests read unseeded."""
+    yield
+    import tensorflow as tf
+
+    if tf.compat.v1.random.get_seed(None)[0] is not None:
+        tf.random.set_seed(None)
+
+
 def random_image(rng, size=(16, 16), mode="RGB"):
     channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
     shape = (*size, channels) if channels > 1 else size

@@ -81,6 +81,9 @@ def test_demo_shrunk(tmp_path, capsys):
     assert "Validation accuracy:" in out
     assert len(os.listdir(tmp_path / "shapes" / "circle")) == 12
     assert sorted(p.name for p in tmp_path.glob("shapes*")) == ["shapes"]  # Drawn beside, then renamed.
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "shapes").st_mode & 0o777 == 0o777 & ~umask
 
 
 def test_a_demo_stopped_while_drawing_leaves_no_folder_to_train_on(tmp_path, monkeypatch):

@@ -444,13 +444,17 @@ def test_a_big_validation_split_never_empties_a_class(tmp_path):
 
 
 _GLOBAL_SEED_RUN = """
-import hashlib, sys
+import hashlib, sys, warnings
 import keras
 from keras_datum import DatumDataset
 keras.utils.set_random_seed(42)
 ds = DatumDataset(sys.argv[1], image_size=(24, 24), batch_size=8, cache=False,
                   cache_dir=sys.argv[2], verbose=False)
-train = ds.train(augment=keras.layers.RandomFlip("horizontal"))
+rotate = keras.layers.RandomRotation(0.2)
+with warnings.catch_warnings():
+    # No warning about a seed the script never passed to train().
+    warnings.simplefilter("error")
+    train = ds.train(augment=[keras.layers.RandomFlip("horizontal"), lambda d: rotate(d)])
 for x, y in train.take(4):
     print(hashlib.sha1(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest())
 """

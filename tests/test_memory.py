@@ -39,10 +39,14 @@ def test_a_memory_limit_of_this_process_cgroup_bounds_the_budget(tmp_path):
     group = os.path.join(V1_MEMORY, f"keras-datum-test-{uuid.uuid4().hex[:8]}")
     try:
         os.mkdir(group)
+    except OSError as error:
+        pytest.skip(f"cannot make a cgroup v1 memory group here: {error}")
+    try:
         with open(os.path.join(group, "memory.limit_in_bytes"), "w") as f:
             f.write(str(limit))
     except OSError as error:
-        pytest.skip(f"cannot make a cgroup v1 memory group here: {error}")
+        os.rmdir(group)
+        pytest.skip(f"cannot set a cgroup v1 memory limit here: {error}")
     try:
         script = (
             "import json, os, sys\n"

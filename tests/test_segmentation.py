@@ -123,19 +123,44 @@ def test_layer_that_cannot_move_masks_is_refused_before_training(tmp_path, make_
         ds.train(augment=layer)
 
 
+@pytest.mark.parametrize("make_layer, message", [
+    (lambda: keras.layers.RandomCrop(H + 4, W), rf"RandomCrop .* crops {H + 4}x{W}, more than image_size {H}x{W}: it would resize the masks bilinearly"),
+    (lambda: keras.layers.CenterCrop(H, W + 1), rf"CenterCrop .* crops {H}x{W + 1}, more than image_size"),
+    (lambda: keras.layers.AugMix(value_range=(0, 255)), r"AugMix .* blends the masks of two images by weight"),
+])
+def test_layers_that_would_make_up_class_ids_are_refused(tmp_path, make_layer, message):
+    """Keras's crops resize (bilinearly) when the crop is larger than the
+    image, and its mixing layers blend masks: both give ids in no mask."""
+    root = write_pairs(tmp_path / "pairs", {"train": _draw(4)})
+    ds = DatumDataset(root, image_size=(H, W), verbose=False)
+    with pytest.raises(ValueError, match=message):
+        ds.train(augment=make_layer())
+    with pytest.raises(ValueError, match=r"MixUp .* blends the masks"):
+        ds.train(batch_augment=keras.layers.MixUp())
+    # A crop within image_size only moves pixels: the ids stay those drawn.
+    values = {int(v) for _, y in ds.train(augment=keras.layers.RandomCrop(H - 2, W - 2)) for v in np.unique(y)}
+    assert values <= {0, 1, 2, 255}
+
+
 def test_bad_masks_are_left_out_and_reported(tmp_path):
-    items = _draw(5, 4)
+    items = _draw(5, 5)
     root = write_pairs(tmp_path / "pairs", {"train": items})
-    Image.new("L", (5, 5)).save(tmp_path / "pairs" / "masks" / "train" / "s00.png")  # Wrong size.
-    os.remove(tmp_path / "pairs" / "masks" / "train" / "s01.png")
-    Image.new("RGB", (W, H)).save(tmp_path / "pairs" / "masks" / "train" / "s02.png")
+    masks = tmp_path / "pairs" / "masks" / "train"
+    Image.new("L", (5, 5)).save(masks / "s00.png")  # Wrong size.
+    os.remove(masks / "s01.png")
+    Image.new("RGB", (W, H)).save(masks / "s02.png")
+    # Ids past the 3 classes of classes.txt (255, the ignore label, is fine).
+    ids = np.asarray(Image.open(masks / "s03.png")).copy()
+    ids[0, :3] = [7, 255, 9]
+    Image.fromarray(ids, mode="L").save(masks / "s03.png")
     ds = DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False)
-    with pytest.warns(UserWarning, match="3 invalid files"):
+    with pytest.warns(UserWarning, match="4 invalid files"):
         ds.export()
     reasons = sorted(r["reason"] for r in ds.invalid_files)
     assert "is 5x5, the image is 32x24" in reasons[0]
     assert "is a RGB image" in reasons[1]
-    assert "mask file not found" in reasons[2]
+    assert "s03.png has class ids [7, 9] past the 3 classes listed (0..2, and 255 to ignore)" in reasons[2]
+    assert "mask file not found" in reasons[3]
     assert ds.num_examples == {"train": 1}
 
 
@@ -164,7 +189,7 @@ def test_size_cap_shrinks_the_mask_with_its_image(tmp_path):
 
 def test_a_changed_mask_triggers_a_reexport(tmp_path):
     items = _draw(7, 2)
-    root = write_pairs(tmp_path / "pairs", {"train": items})
+    root = write_pairs(tmp_path / "pairs", {"train": items}, classes=("background", "a", "b", "c"))
     ds = DatumDataset(root, image_size=(H, W), validation_split=None, verbose=False)
     assert ds.info["splits"]["train"]["mask_values"] == [0, 1, 2, 255]
     path = tmp_path / "pairs" / "masks" / "train" / "s00.png"

@@ -1,5 +1,6 @@
 """TFDS metadata: `tfds.builder_from_directory(cache_dir)` reads what keras_datum wrote."""
 
+import csv
 import os
 
 import numpy as np
@@ -222,3 +223,26 @@ def test_class_names_that_a_labels_file_would_change_are_left_out():
 ])
 def test_dataset_name(source, name):
     assert tfds_metadata.dataset_name(source) == name
+
+
+@pytest.mark.parametrize("odd", ["b\rx", "b\nx"])
+def test_class_names_a_names_file_would_change_are_left_out(tmp_path, odd):
+    """TFDS reads the names one a line (\\r is a line break too), stripped:
+    such a name would shift every name after it."""
+    root = tmp_path / "src"
+    os.makedirs(root / "train")
+    rng = np.random.default_rng(0)
+    rows = []
+    for index, name in enumerate([odd, "cat", "dog"]):
+        random_image(rng).save(root / "train" / f"{index}.png")
+        rows.append([f"{index}", name])
+    with open(root / "train.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["filename", "label"], *rows])
+    ds = DatumDataset(str(root), validation_split=None, verbose=False)
+    assert ds.class_names == sorted([odd, "cat", "dog"])
+    builder = tfds.builder_from_directory(ds.cache_dir)
+    label = builder.info.features["label"]
+    assert label.num_classes == 3
+    assert label.names == ["0", "1", "2"]  # TFDS's names for a count alone.
+    got = {e["source/filename"].decode(): int(e["label"]) for e in _examples(builder, "train")}
+    assert got == {f"train/{i}.png": ds.class_names.index(n) for i, n in enumerate([odd, "cat", "dog"])}

@@ -51,9 +51,8 @@ def test_cli_preview(shapes, tmp_path, capsys):
 
 def test_cli_preview_refuses_a_split_name_before_the_export(shapes, tmp_path, capsys):
     cache = tmp_path / "cache"
-    with pytest.raises(SystemExit):
-        cli.main(["preview", shapes, "--split", "tset", "--cache-dir", str(cache)])
-    assert "invalid choice: 'tset'" in capsys.readouterr().err
+    assert cli.main(["preview", shapes, "--split", "tset", "--cache-dir", str(cache)]) == 2
+    assert "`split` must be one of ['train', 'val', 'test']. Received: split='tset'" in capsys.readouterr().err
     assert not cache.exists()
 
 
@@ -95,3 +94,10 @@ def test_preview_refuses_text(tmp_path):
     (tmp_path / "src" / "a" / "x.txt").write_text("hello")
     with pytest.raises(ValueError, match="preview\\(\\) draws images"):
         DatumDataset(str(tmp_path / "src"), verbose=False).preview()
+
+
+def test_the_preview_command_on_text_says_why_it_draws_nothing(tmp_path, capsys):
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "x.txt").write_text("hello")
+    assert cli.main(["preview", str(tmp_path / "src"), "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert "preview() draws images; for a text dataset" in capsys.readouterr().err

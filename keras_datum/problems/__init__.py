@@ -16,8 +16,9 @@ A problem module provides:
 - `decode(parsed, info, options)`: the KerasCV-style dict
   (`{"images": ..., "labels": ...}`) built from one parsed example.
 - `to_keras(inputs)`: the `(x, y)` (or `x`) handed to Keras.
-- optionally `check_augmentation(augmentation)`: raises `ValueError` for a
-  step that cannot handle this problem's data (a layer that ignores masks).
+- optionally `check_augmentation(augmentation, options)`: raises `ValueError`
+  for a step that cannot handle this problem's data (a layer that ignores
+  masks, or one that blends them).
 - optionally `batch(dataset, batch_size, options)` (`batch_size` may be None),
   when plain `batch` does not fit its elements (ragged or padded boxes).
 - optionally `after_batch_augment(inputs, options)`: a batch as the problem

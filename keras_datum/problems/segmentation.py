@@ -65,6 +65,10 @@ def _class_names(root, default):
 
 
 def _layout(name, splits, class_names, extra):
+    if class_names:  # Each mask's ids are checked against them at export.
+        for records in splits.values():
+            for record in records:
+                record.annotation["num_classes"] = len(class_names)
     return Layout(
         name=name,
         problem=NAME,
@@ -247,6 +251,17 @@ def encode(record, options):
             f"mask {record.annotation['mask']} is {values.shape[1]}x{values.shape[0]}, "
             f"the image is {source_size[1]}x{source_size[0]}"
         )
+    num_classes = record.annotation.get("num_classes")
+    if num_classes:
+        past = sorted(
+            v for v in np.unique(values).tolist() if v >= num_classes and v != IGNORE_LABEL
+        )
+        if past:
+            raise encode_lib.InvalidExampleError(
+                f"mask {record.annotation['mask']} has class ids {past[:8]} past the "
+                f"{num_classes} classes listed (0..{num_classes - 1}, and "
+                f"{IGNORE_LABEL} to ignore)"
+            )
     mask = Image.fromarray(values, mode="L")
     stored_size = (stats["width"], stats["height"])
     if mask.size != stored_size:
@@ -283,9 +298,35 @@ def decode(parsed, info, options):
     }
 
 
-def check_augmentation(augmentation):
-    """Refuses layers that would move the image but not its mask."""
+# Keras layers whose mask transform blends the masks of two images (or of
+# several chains) by weight: the result holds class ids found in neither.
+_MASK_BLENDING = ("MixUp", "AugMix")
+# Keras crops that resize instead (bilinearly) when the crop is larger than
+# the image.
+_CROPS = ("RandomCrop", "CenterCrop")
+
+
+def check_augmentation(augmentation, options):
+    """Refuses layers that would move the image but not its mask, or that
+    would make up class ids in the mask."""
+    height, width = options["image_size"]
     for step in augmentation.steps:
+        name = type(step).__name__
+        keras_layer = type(step).__module__.startswith("keras.")
+        if keras_layer and name in _MASK_BLENDING:
+            raise ValueError(
+                f"The {augmentation.argument} layer {name} (name={step.name!r}) "
+                "blends the masks of two images by weight, which makes class ids "
+                "that are in neither mask. Leave it out of a segmentation pipeline."
+            )
+        if keras_layer and name in _CROPS and (step.height > height or step.width > width):
+            raise ValueError(
+                f"The {augmentation.argument} layer {name} (name={step.name!r}) crops "
+                f"{step.height}x{step.width}, more than image_size {height}x{width}: "
+                "it would resize the masks bilinearly instead, which makes class "
+                "ids that are not in the mask. "
+                "Crop at most image_size, or raise image_size."
+            )
         if not _transforms_masks(step):
             raise ValueError(
                 f"The {augmentation.argument} layer {type(step).__name__} "
