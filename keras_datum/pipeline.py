@@ -185,8 +185,10 @@ def _shard_blocks(path, expected, index, block):
 
 
 def _checked(blocks, paths, counts):
-    """`_shard_blocks`' output, counted per shard; a shard that ends short (or
-    long) raises `InvalidArgumentError` with its path and what to run."""
+    """`_shard_blocks`' output, counted per shard; a shard that ends short, or
+    goes past its count (checked on the block that does, before its records
+    reach the split's count check, which names no file), raises
+    `InvalidArgumentError` with its path and what to run."""
     paths = tf.constant(paths, tf.string)
     counts = tf.constant(counts, tf.int64)
 
@@ -203,7 +205,9 @@ def _checked(blocks, paths, counts):
                 "`keras-datum verify` on the cache, then export again.",
             ]
         )
-        ok = tf.logical_not(is_end) | tf.equal(seen[index], counts[index])
+        ok = (tf.logical_not(is_end) | tf.equal(seen[index], counts[index])) & (
+            seen[index] <= counts[index]
+        )
         with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
             return seen, tf.identity(block)  # The end marker's block is empty.
 

@@ -11,6 +11,7 @@ import time
 
 import keras
 import numpy as np
+import tensorflow as tf
 import pytest
 from conftest import make_class_folders
 from helpers import read_split
@@ -190,6 +191,22 @@ def test_reading_a_damaged_shard_names_it(tmp_path, cache, folder):
                       cache=cache, cache_dir=cache_dir, verbose=False)
     with pytest.raises(Exception, match=rf"Shard {re.escape(shard)} is damaged: it yielded \d+ of its 20 records"):
         for _ in ds.train():
+            pass
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_shard_with_more_records_than_its_metadata_names_it(tmp_path, cache):
+    """Records past the count reach the split's own count check (which names
+    no file) unless the shard's check fires first."""
+    root, _, shard = _one_shard_dataset(tmp_path)
+    records = [r.numpy() for r in tf.data.TFRecordDataset(shard)]
+    with tf.io.TFRecordWriter(shard) as writer:
+        for record in records + records[:2]:
+            writer.write(record)
+    ds = DatumDataset(root, validation_split=None, image_size=(16, 16), reexport="never",
+                      cache=cache, verbose=False)
+    with pytest.raises(Exception, match=rf"Shard {re.escape(shard)} is damaged: it yielded 22 of its 20 records"):
+        for _ in ds.train(batch_size=1, shuffle=False):
             pass
 
 
