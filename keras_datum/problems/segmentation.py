@@ -332,8 +332,9 @@ def check_augmentation(augmentation, options):
                 f"The {augmentation.argument} layer {type(step).__name__} "
                 f"(name={step.name!r}) cannot transform segmentation masks, so "
                 "it would misalign images and masks. Use layers that transform "
-                "segmentation_masks (keras.layers.RandomFlip and RandomCrop; "
-                "keras_cv.layers.RandomFlip, RandomRotation and RandomTranslation, ...)."
+                "segmentation_masks (keras.layers.RandomFlip, RandomCrop, "
+                "RandomRotation and RandomZoom; keras_cv.layers.RandomFlip, "
+                "RandomRotation and RandomTranslation, ...)."
             )
 
 
@@ -359,7 +360,14 @@ def _transforms_masks(step):
     ]
     for base, method in checks:
         if base is not None and issubclass(cls, base):
-            return getattr(cls, method) is not getattr(base, method)
+            if getattr(cls, method) is not getattr(base, method):
+                return True
+            # Keras's geometric layers (RandomRotation, RandomZoom, ...) keep
+            # the base's mask transform, which runs their `_transform_images`
+            # with nearest-neighbour interpolation.
+            return base is keras_base.BaseImagePreprocessingLayer and (
+                cls._transform_images is not base._transform_images
+            )
     return False  # Some other layer: it knows nothing of the masks key.
 
 
