@@ -9,11 +9,12 @@ dict and must return one. The dict becomes `(x, y)` only at the very end.
 import collections
 import contextlib
 import random
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from keras_datum import notices
 
 # Layers that mix the labels of two examples: they need float one-hot labels.
 LABEL_MIXING_LAYERS = ("MixUp", "CutMix", "FourierMix")
@@ -126,13 +127,13 @@ class Augmentation:
             )
         return inputs
 
-    def warn_pending(self, stacklevel, warn=True):
+    def warn_pending(self, warn=True):
         """Warns what tracing found, from the caller's line (a warning raised
         while tracing would name autograph's generated file instead); with
         `warn=False` (a seed drawn from the global seed, which seeds the
         global random ops itself), drops it."""
         for message in self._pending if warn else ():
-            warnings.warn(message, stacklevel=stacklevel + 1)
+            notices.warn(message)
         self._pending = []
 
 
@@ -234,12 +235,11 @@ def label_mode_for(augmentations, label_mode, label_spec, preview=False):
         return label_mode
     if preview:
         return "categorical"
-    warnings.warn(
+    notices.warn(
         f"{', '.join(mixing)} mixes labels, so it needs one-hot float labels: "
         "label_mode is switched from 'int' to 'categorical' for this dataset. "
         "Compile the model with a categorical loss (for example "
         "'categorical_crossentropy'), or pass label_mode='categorical' to "
         "silence this warning.",
-        stacklevel=5,
     )
     return "categorical"

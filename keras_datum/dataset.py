@@ -5,7 +5,6 @@ import inspect
 import json
 import numbers
 import os
-import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -18,6 +17,7 @@ from keras_datum import encode as encode_lib
 from keras_datum import export as export_lib
 from keras_datum import images
 from keras_datum import memory
+from keras_datum import notices
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import storage
@@ -100,12 +100,14 @@ def _check_batch_size(batch_size):
 
 # Read options of one problem type, and the problems they apply to. Set away
 # from their defaults on a dataset of another type, they would do nothing.
-_IMAGE_PROBLEMS = tuple(name for name in problems.PROBLEM_NAMES if name != "text")
+_IMAGE_PROBLEMS = tuple(
+    name for name in problems.PROBLEM_NAMES if name != problems.text.NAME
+)
 _PROBLEM_OPTIONS = {
-    "bucket_boundaries": ("text",),
-    "max_boxes": ("detection",),
-    "bounding_box_format": ("detection",),
-    "bounding_box_class_key": ("detection",),
+    "bucket_boundaries": (problems.text.NAME,),
+    "max_boxes": (problems.detection.NAME,),
+    "bounding_box_format": (problems.detection.NAME,),
+    "bounding_box_class_key": (problems.detection.NAME,),
     **{
         name: _IMAGE_PROBLEMS
         for name in (
@@ -980,7 +982,7 @@ class DatumDataset:
         for augmentation in augmentations:
             if augmentation is not None:
                 # From the caller of train(); only about a seed it passed.
-                augmentation.warn_pending(stacklevel=3, warn=seeded)
+                augmentation.warn_pending(warn=seeded)
         return dataset
 
     def _check_data_service(self, data_service):
@@ -1021,11 +1023,10 @@ class DatumDataset:
             return dict(self._read_options, label_mode=label_mode)
         if self._built_splits:
             built = ", ".join(f"{name}()" for name in sorted(self._built_splits))
-            warnings.warn(
+            notices.warn(
                 f"{built} of this dataset, built before, keep integer labels: "
                 "build them again to match the one-hot labels from now on, or "
                 "pass label_mode='categorical' to DatumDataset.",
-                stacklevel=4,
             )
         self._read_options["label_mode"] = label_mode
         self._built_splits = {split}
@@ -1161,7 +1162,7 @@ class DatumDataset:
             )
         if path is not None:
             visualize.check_figure_path(path)
-        if self.info["problem"] == "text":
+        if self.info["problem"] == problems.text.NAME:
             raise ValueError(
                 "preview() draws images; for a text dataset look at "
                 "`list(ds.train(batch_size=None).take(5))` instead."

@@ -21,10 +21,11 @@
 
 import importlib.util
 import re
-import warnings
 
 import keras
 import tensorflow as tf
+
+from keras_datum import notices
 
 MIXED_PRECISION_MODES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
@@ -154,7 +155,7 @@ def apply_mixed_precision(mode):
         platform, capabilities = accelerators()
         policy = policy_for(platform, capabilities)
         if platform == "unknown":
-            warnings.warn(
+            notices.warn(
                 "mixed_precision='auto' left the Keras dtype policy as it was: Keras "
                 "runs on JAX, which has a GPU or TPU plugin but has not started its "
                 "devices yet, and starting them here would stop a later "
@@ -162,7 +163,6 @@ def apply_mixed_precision(mode):
                 "mixed_precision='mixed_float16' (GPU) or 'mixed_bfloat16' (TPU), "
                 "or create the DatumDataset once JAX has started (after any Keras "
                 "computation, or jax.devices()).",
-                stacklevel=3,
             )
     if policy not in (None, "float32"):
         keras.mixed_precision.set_global_policy(policy)

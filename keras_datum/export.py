@@ -24,7 +24,6 @@ import multiprocessing
 import os
 import re
 import uuid
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -33,6 +32,7 @@ from tqdm.auto import tqdm
 
 from keras_datum import cache
 from keras_datum import encode
+from keras_datum import notices
 from keras_datum import problems
 from keras_datum import records as record_files
 from keras_datum import sources
@@ -108,13 +108,12 @@ def plan_splits(layout, validation_split, seed):
         )
         carved = True
         if not splits["val"]:
-            warnings.warn(
+            notices.warn(
                 f"validation_split={validation_split} carves no validation example "
                 f"out of {len(splits['train'])}: each class gives "
                 "round(its count * validation_split), and keeps one for training. "
                 "The val split is empty; pass a larger validation_split, or None "
                 "for no val split.",
-                stacklevel=2,
             )
     return {s: splits[s] for s in ("train", "val", "test") if s in splits}, carved
 
@@ -685,10 +684,9 @@ def export_layout(
         storage.rmtree(tmp_dir)
         raise
     if invalid:
-        warnings.warn(
+        notices.warn(
             f"{len(invalid)} invalid files were left out of the export; see "
             f"{os.path.join(cache_dir, cache.REPORT_FILE)} for each file and "
             "its reason.",
-            stacklevel=3,
         )
     return meta

@@ -84,7 +84,7 @@ def _batch_decoder(meta, split, options):
     want = images.CHANNELS[options["color_mode"]]
     if (
         stored is None
-        or meta["problem"] != "classification"
+        or meta["problem"] != problems.classification.NAME
         or meta["label_spec"]["type"] not in ("class", "regression", "none")
         # Binary labels are reshaped per example.
         or options["label_mode"] == "binary"

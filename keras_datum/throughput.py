@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_datum import images
 from keras_datum import pipeline
+from keras_datum import problems
 from keras_datum import storage
 
 # Records decoded from memory for the decode rate: enough to last a few
@@ -109,7 +110,7 @@ def keras_rate(ds, meta):
     """One epoch of `keras.utils.image_dataset_from_directory` over the whole
     source folder, with the dataset's image options: `time_epoch`'s figures,
     or `{"not_applicable": why}` for sources it cannot read."""
-    if meta["layout"] != "class_folders" or meta["problem"] != "classification":
+    if meta["layout"] != "class_folders" or meta["problem"] != problems.classification.NAME:
         return {
             "not_applicable": f"it reads image class folders, and this source is "
             f"{meta['problem']} in the {meta['layout']!r} layout"

@@ -1,6 +1,7 @@
 """The export's two engines (threads, forked processes) write the same shards."""
 
 import os
+import warnings
 
 import pytest
 import tensorflow as tf
@@ -68,6 +69,22 @@ def test_a_carve_that_leaves_val_empty_says_so(tmp_path):
     with pytest.warns(UserWarning, match=r"validation_split=0.01 carves no validation example out of 12"):
         ds.export()
     assert ds.num_examples == {"train": 12, "val": 0}
+
+
+@pytest.mark.parametrize("entry", ["export", "train", "num_examples", "summary"])
+def test_export_warnings_name_the_users_line_whichever_call_exported(tmp_path, entry):
+    # The export runs from several depths below the user's call; each warning
+    # it gives names the user's file, not keras_datum's.
+    root = make_class_folders(tmp_path / "src", {"a": 6, "b": 6})
+    (tmp_path / "src" / "a" / "empty.jpg").write_bytes(b"")
+    ds = DatumDataset(root, validation_split=0.01, cache_dir=tmp_path / "cache", verbose=False)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        getattr(ds, entry) if entry == "num_examples" else getattr(ds, entry)()
+    ours = [w for w in record if "carves no validation" in str(w.message)
+            or "invalid files were left out" in str(w.message)]
+    assert len(ours) == 2
+    assert [w.filename for w in ours] == [__file__] * 2
 
 
 def test_a_carve_is_refused_for_a_source_with_its_own_val_split(tmp_path):

@@ -29,11 +29,11 @@ import csv
 import io
 import os
 import re
-import warnings
 
 import tensorflow as tf
 
 from keras_datum import images
+from keras_datum import notices
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum.sources import ExampleRecord
@@ -155,7 +155,7 @@ def _check_loose_files(folder, formats, what, has_records):
     if not has_records:
         raise ValueError(f"{message}, and the folder has no other {what}. Move them "
                          "into one folder per class.")
-    warnings.warn(f"{message} and are left out.", stacklevel=4)
+    notices.warn(f"{message} and are left out.")
 
 
 def _class_folder_records(directory, class_names, root, follow_links, formats):
