@@ -4,7 +4,10 @@ Nothing is downloaded: the images are drawn procedurally (a coloured circle,
 square or triangle on a noisy background of another colour).
 """
 
+import contextlib
+import fcntl
 import os
+import re
 import shutil
 import tempfile
 
@@ -115,28 +118,7 @@ def run_demo(
             cache.keras_home(), "datum-demo", f"shapes-{images_per_class}-{image_size}"
         )
     if not os.path.isdir(data_dir):
-        if verbose:
-            print(f"Drawing {images_per_class * len(SHAPES)} images into {data_dir}")
-        # Drawn beside it and renamed into place when complete: a run stopped
-        # halfway must not leave a folder that later runs would train on.
-        # A folder of its own (never one of the user's, whatever its name),
-        # removed if the drawing fails.
-        parent, name = os.path.split(os.path.normpath(os.path.abspath(data_dir)))
-        os.makedirs(parent, exist_ok=True)
-        partial = tempfile.mkdtemp(prefix=f"{name}.partial-", dir=parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(partial, 0o777 & ~umask)  # mkdtemp's 0700, as a plain mkdir.
-        try:
-            make_shapes_dataset(partial, images_per_class, image_size, seed)
-            try:
-                os.rename(partial, data_dir)
-            except OSError:
-                if not os.path.isdir(data_dir):
-                    raise
-                # Another run drew the same folder first.
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)  # Gone after the rename.
+        _draw_into_place(data_dir, images_per_class, image_size, seed, verbose)
     keras.utils.set_random_seed(seed)
     ds = DatumDataset(
         data_dir,
@@ -162,3 +144,63 @@ def run_demo(
         chance = 1 / len(ds.class_names)
         print(f"Validation accuracy: {accuracy:.3f} (chance: {chance:.3f})")
     return accuracy
+
+
+# Written first into a drawing in progress, removed just before its rename:
+# with it, a folder of the drawing's name is known to be a dead run's.
+_DRAWING_MARK = ".keras_datum_demo_drawing"
+
+
+def _draw_into_place(data_dir, images_per_class, image_size, seed, verbose):
+    """Draws the dataset beside `data_dir` and renames it into place when
+    complete: a run stopped halfway must not leave a folder that later runs
+    would train on. The drawing has a folder of its own (never one of the
+    user's, whatever its name), removed if the drawing fails; one left by a
+    killed run is removed by the next."""
+    parent, name = os.path.split(os.path.normpath(os.path.abspath(data_dir)))
+    os.makedirs(parent, exist_ok=True)
+    with _folder_lock(parent) as locked:
+        if os.path.isdir(data_dir):
+            return  # Another run drew it while this one waited.
+        if locked:  # Otherwise a drawing in progress cannot be told from a dead one.
+            _remove_dead_drawings(parent, name)
+        if verbose:
+            print(f"Drawing {images_per_class * len(SHAPES)} images into {data_dir}")
+        partial = tempfile.mkdtemp(prefix=f"{name}.partial-", dir=parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o777 & ~umask)  # mkdtemp's 0700, as a plain mkdir.
+        try:
+            mark = os.path.join(partial, _DRAWING_MARK)
+            open(mark, "w").close()
+            make_shapes_dataset(partial, images_per_class, image_size, seed)
+            os.remove(mark)
+            os.rename(partial, data_dir)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # Gone after the rename.
+
+
+@contextlib.contextmanager
+def _folder_lock(folder):
+    """Holds an exclusive lock on `folder` itself (no lock file is left);
+    yields False where its file system has no locks."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)  # Closing releases the lock.
+
+
+def _remove_dead_drawings(parent, name):
+    """Removes drawings of `name` that killed runs left (call under the lock):
+    a folder with mkdtemp's name for it and the mark inside."""
+    drawing = re.compile(re.escape(name) + r"\.partial-[a-z0-9_]{8}")
+    for entry in os.listdir(parent):
+        path = os.path.join(parent, entry)
+        if drawing.fullmatch(entry) and os.path.isfile(os.path.join(path, _DRAWING_MARK)):
+            shutil.rmtree(path, ignore_errors=True)

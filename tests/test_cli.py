@@ -1,4 +1,7 @@
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -113,6 +116,39 @@ def test_a_demo_stopped_while_drawing_leaves_no_folder_to_train_on(tmp_path, mon
     assert sorted(len(os.listdir(data_dir / s)) for s in demo.SHAPES) == [4, 4, 4]
     assert sorted(p.name for p in tmp_path.glob("shapes*")) == ["shapes", "shapes.partial"]
     assert (tmp_path / "shapes.partial" / "thesis.txt").read_text() == "draft"
+
+
+def test_a_drawing_left_by_a_killed_demo_is_removed_by_the_next_run(tmp_path):
+    from keras_datum import demo
+
+    data_dir = tmp_path / "shapes"
+    # A real run, killed (SIGKILL: no finally runs) while it draws.
+    child = subprocess.Popen([
+        sys.executable, "-c",
+        "import sys; from keras_datum import demo; "
+        "demo.run_demo(data_dir=sys.argv[1], images_per_class=100000, image_size=16, verbose=False)",
+        str(data_dir),
+    ])
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.is_dir() and len(os.listdir(p)) > 3 for p in tmp_path.glob("shapes.partial-*/*")):
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        child.kill()
+        child.wait()
+    [dead] = tmp_path.glob("shapes.partial-*")
+    # The user's folders of names like a drawing's, without the mark, stay.
+    for name in ("shapes.partial-mine1234", "shapes.partial-x"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "thesis.txt").write_text("draft")
+    demo.run_demo(data_dir=data_dir, images_per_class=4, image_size=16, epochs=1, verbose=False)
+    assert not dead.exists()
+    assert sorted(p.name for p in tmp_path.glob("shapes*")) == [
+        "shapes", "shapes.partial-mine1234", "shapes.partial-x"
+    ]
+    assert not (data_dir / demo._DRAWING_MARK).exists()
+    assert sorted(len(os.listdir(data_dir / s)) for s in demo.SHAPES) == [4, 4, 4]
 
 
 def test_demo_arguments_it_cannot_train_on_are_refused_before_drawing(tmp_path, capsys):
