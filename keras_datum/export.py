@@ -60,6 +60,10 @@ SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
 SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
 # In a remote cache folder while its files are replaced one by one.
 COMMIT_MARKER = ".keras_datum_commit"
+# Written into each folder an export makes beside the cache (its temporary
+# folder, the old cache it replaces): the next export removes only folders
+# that hold it, never a user's folder of a like name.
+LEFTOVER_MARK = ".keras_datum_leftover"
 
 
 def num_shards(num_examples, num_bytes, min_shards=1):
@@ -528,12 +532,25 @@ def remove_leftovers(cache_dir):
     base = os.path.basename(cache_dir.rstrip(os.sep))
     if not storage.isdir(parent):
         return
-    # Only names this module makes (`_export_to` and `_commit`): a user's
-    # `flowers.old-2019` beside a cache named `flowers` is not ours.
+    # Only folders this module made (`_export_to` and `_commit`), which hold
+    # its mark: a user's `flowers.old-20240101` beside a cache named
+    # `flowers` has the name but not the mark. A temporary folder killed
+    # before its mark was written is empty.
     ours = re.compile(re.escape(base) + r"\.(tmp-\d+-|old-)[0-9a-f]{8}")
     for name in storage.listdir(parent):
-        if ours.fullmatch(name):
-            storage.rmtree(os.path.join(parent, name))
+        path = os.path.join(parent, name)
+        if not ours.fullmatch(name) or not storage.isdir(path):
+            continue
+        if storage.isfile(os.path.join(path, LEFTOVER_MARK)):
+            storage.rmtree(path)
+        elif name.startswith(f"{base}.tmp-") and not storage.listdir(path):
+            storage.rmdir(path)
+
+
+def _mark_leftover(folder):
+    """Marks a folder beside the cache as this module's, to be removed by
+    `remove_leftovers` if it is ever left behind."""
+    storage.write_text(os.path.join(folder, LEFTOVER_MARK), "")
 
 
 def _commit(tmp_dir, cache_dir):
@@ -546,6 +563,7 @@ def _commit(tmp_dir, cache_dir):
         if cache.is_cache_folder(cache_dir):
             old = f"{cache_dir.rstrip(os.sep)}.old-{uuid.uuid4().hex[:8]}"
             storage.rename(cache_dir, old)
+            _mark_leftover(old)
         else:
             storage.rmdir(cache_dir)  # Empty, as check_cache_target ensured.
     storage.rename(tmp_dir, cache_dir)
@@ -618,6 +636,7 @@ def export_layout(
     feature_spec = problem.features(layout.info)
     tmp_dir = f"{cache_dir.rstrip(os.sep)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     storage.makedirs(tmp_dir)
+    _mark_leftover(tmp_dir)
     total = sum(len(r) for r in splits.values())
     spec = layout.info["label_spec"]
     num_classes = spec["num_classes"] if spec["type"] == "class" else 0
@@ -679,6 +698,7 @@ def export_layout(
         }
         tfds_metadata.write_tfds_metadata(tmp_dir, meta)
         cache.write_json(os.path.join(tmp_dir, cache.METADATA_FILE), meta)
+        storage.remove(os.path.join(tmp_dir, LEFTOVER_MARK))
         _commit(tmp_dir, cache_dir)
     except BaseException:
         storage.rmtree(tmp_dir)

@@ -12,6 +12,7 @@ from keras_datum import CacheError
 from keras_datum import DatumDataset
 from keras_datum import cache
 from keras_datum import cli
+from keras_datum import export
 
 
 def _exported(class_folders):
@@ -68,12 +69,32 @@ def test_reexport_always_rebuilds_a_broken_cache(class_folders):
 
 def test_leftover_temporary_folders_are_removed(class_folders, tmp_path):
     cache_dir = tmp_path / "cache"
-    stale = tmp_path / "cache.tmp-12345-deadbeef"
-    stale.mkdir()
-    (stale / "train-00000-of-00001.tfrecord").write_bytes(b"partial")
-    ds = DatumDataset(class_folders, cache_dir=cache_dir, verbose=False)
-    ds.export()
-    assert sorted(os.listdir(tmp_path)) == ["cache", "cache.lock", "src"]
+    # What killed exports leave: a temporary folder (marked, or killed
+    # before its mark: empty), an old cache being replaced (marked).
+    for name in ("cache.tmp-12345-deadbeef", "cache.old-0badf00d"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train-00000-of-00001.tfrecord").write_bytes(b"partial")
+        (tmp_path / name / export.LEFTOVER_MARK).write_text("")
+    (tmp_path / "cache.tmp-12345-00000000").mkdir()
+    # A user's folders of like names (a dated backup is 8 hex digits) have
+    # no mark, and are never removed.
+    for name in ("cache.old-20240101", "cache.tmp-1-20240101"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "thesis.tex").write_text("years of work")
+    DatumDataset(class_folders, cache_dir=cache_dir, verbose=False).export()
+    assert sorted(os.listdir(tmp_path)) == [
+        "cache", "cache.lock", "cache.old-20240101", "cache.tmp-1-20240101", "src"
+    ]
+    # Nor is a source of such a name, exported into a cache beside it.
+    source = tmp_path / "data.old-20240101"
+    os.rename(class_folders, source)
+    ds = DatumDataset(source, cache_dir=tmp_path / "data", verbose=False)
+    assert sum(ds.num_examples.values()) > 0
+    ds.export(force=True)  # Replaces the cache: its old copy is removed.
+    assert sorted(os.listdir(tmp_path))[:4] == ["cache", "cache.lock", "cache.old-20240101", "cache.tmp-1-20240101"]
+    assert sorted(os.listdir(tmp_path))[4:] == ["data", "data.lock", "data.old-20240101"]
+    assert (tmp_path / "cache.old-20240101" / "thesis.tex").read_text() == "years of work"
+    assert not list(tmp_path.glob(f"*/{export.LEFTOVER_MARK}"))
 
 
 def test_a_folder_without_metadata_is_not_trusted(class_folders, tmp_path):
@@ -109,16 +130,18 @@ def test_a_users_folder_with_a_metadata_json_is_never_replaced(class_folders, tm
 
 
 def test_only_our_leftover_folders_are_removed(tmp_path):
-    from keras_datum import export
-
     for name in ("flowers.old-2019", "flowers.tmp-notes", "flowers.tmp-12-0123abcd",
-                 "flowers.old-89abcdef"):
+                 "flowers.old-89abcdef", "flowers.old-20240101", "flowers.tmp-7-20240101"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "keep.txt").write_text("x")
+    for name in ("flowers.tmp-12-0123abcd", "flowers.old-89abcdef"):
+        (tmp_path / name / export.LEFTOVER_MARK).write_text("")
     export.remove_leftovers(str(tmp_path / "flowers"))
-    # A died export's temporary folder and a commit's old cache go; a
-    # user's folders that share the prefix stay.
-    assert sorted(os.listdir(tmp_path)) == ["flowers.old-2019", "flowers.tmp-notes"]
+    # A died export's temporary folder and a commit's old cache (marked) go;
+    # a user's folders that share the prefix, or the whole name, stay.
+    assert sorted(os.listdir(tmp_path)) == [
+        "flowers.old-2019", "flowers.old-20240101", "flowers.tmp-7-20240101", "flowers.tmp-notes"
+    ]
 
 
 def test_an_empty_class_folder_added_exports_again(class_folders):
