@@ -838,14 +838,17 @@ class DatumDataset:
             return None
         path = os.path.join(self.cache_dir, cache_lib.METADATA_FILE)
         try:
-            with storage.open(path, encoding="utf-8") as f:
-                on_disk = pipeline.export_key(f.read())
-        except FileNotFoundError:
+            with storage.open(path, "rb") as f:
+                text = f.read()
+            on_disk = json.loads(text.decode("utf-8"))
+        except (FileNotFoundError, ValueError):  # Removed, or half written.
             on_disk = None
-        mine = pipeline.export_key(cache_lib.json_text(meta))
-        if on_disk is None or int(on_disk) != int(mine):
+        # Compared as JSON (a metadata.json reformatted by hand, say with
+        # another indent, holds the same export), then guarded by its text.
+        mine = json.loads(cache_lib.json_text(meta))
+        if not isinstance(on_disk, dict) or not pipeline.same_export(on_disk, mine):
             raise RuntimeError(pipeline.stale_cache_message(self.cache_dir))
-        return path, int(mine)
+        return path, int(pipeline.export_key(text))
 
     # --- What the export holds ---------------------------------------------
 

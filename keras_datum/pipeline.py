@@ -216,12 +216,21 @@ def _checked(blocks, paths, counts):
 
 # What differs between two exports of the same content: left out of the
 # export's content key (see `export_key`).
-_VOLATILE = r'"(created|keras_datum_version)":\s*"[^"]*"'
+VOLATILE_KEYS = ("created", "keras_datum_version")
+_VOLATILE = r'"(' + "|".join(VOLATILE_KEYS) + r')":\s*"[^"]*"'
+
+
+def same_export(metadata, other):
+    """Whether two parsed `metadata.json` are of the same export content."""
+    return {k: v for k, v in metadata.items() if k not in VOLATILE_KEYS} == {
+        k: v for k, v in other.items() if k not in VOLATILE_KEYS
+    }
 
 
 def export_key(metadata_text):
     """A hash of a cache's `metadata.json` text less its time stamp: the
-    same for two exports of the same content, other for another carve."""
+    same for two exports of the same content, other for another carve (or
+    for the same file reformatted: only its text is at hand in the graph)."""
     text = tf.strings.regex_replace(metadata_text, _VOLATILE, "")
     return tf.strings.to_hash_bucket_fast(text, 2**62)
 

@@ -239,6 +239,19 @@ def test_a_dataset_refuses_a_cache_exported_over_it(class_folders, tmp_path):
     assert len(list(DatumDataset(class_folders, cache_dir=shared, seed=2, verbose=False).val())) > 0
 
 
+def test_a_metadata_file_reformatted_by_hand_is_still_read(class_folders, tmp_path):
+    # Same content, other text (an editor's indent and key order): the cache
+    # is as fresh as before, and reading it must not blame another export.
+    ds = DatumDataset(class_folders, cache_dir=tmp_path / "cache", cache=False, verbose=False)
+    expected = sum(int(tf_batch[1].shape[0]) for tf_batch in ds.train())
+    path = tmp_path / "cache" / "metadata.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(reversed(list(meta.items()))), indent=4))
+    again = DatumDataset(class_folders, cache_dir=tmp_path / "cache", cache=False, verbose=False)
+    assert sum(int(batch[1].shape[0]) for batch in again.train()) == expected == 24
+    assert json.loads(path.read_text()) == meta  # Read as it is, not exported again.
+
+
 # A folder name with glob characters is checked all the same.
 @pytest.mark.parametrize("cache_decoded,name", [(True, "shared"), (False, "shared"), (False, "shared[1]*?")])
 def test_a_split_built_before_another_carve_was_exported_over_it_fails_loudly(

@@ -167,7 +167,10 @@ def test_verify_names_a_shard_with_a_flipped_byte(tmp_path, capsys):
     _flip_a_byte(shard)
     assert cli.main(["verify", root]) == 1
     out = capsys.readouterr().out
-    assert re.search(rf"DAMAGED: {re.escape(shard)}: damaged after \d+ of 20 records", out)
+    # TensorFlow's own words, without the op they came from.
+    assert re.search(
+        rf"DAMAGED: {re.escape(shard)}: damaged after \d+ of 20 records \(corrupted record at \d+\)\.\n", out
+    ), out
 
 
 def test_verify_finds_a_missing_shard_and_bad_metadata(tmp_path, capsys):
