@@ -176,6 +176,23 @@ def _generators(layer):
     return found
 
 
+def is_image_layer(step):
+    """Whether `step` is one of Keras's or KerasCV's image preprocessing layers."""
+    from keras.src.layers.preprocessing.image_preprocessing import (
+        base_image_preprocessing_layer as keras_base,
+    )
+
+    bases = [keras_base.BaseImagePreprocessingLayer]
+    try:
+        from keras_cv.layers import BaseImageAugmentationLayer
+        from keras_cv.layers import VectorizedBaseImageAugmentationLayer
+    except ImportError:
+        pass
+    else:
+        bases += [BaseImageAugmentationLayer, VectorizedBaseImageAugmentationLayer]
+    return isinstance(step, tuple(bases))
+
+
 def _name(step):
     if isinstance(step, keras.layers.Layer):
         return f"{type(step).__name__} (name={step.name!r})"

@@ -696,7 +696,7 @@ class DatumDataset:
         self._meta = None
         return self._ensure_exported(force=force, runner=runner, beam_options=beam_options)
 
-    def _ensure_exported(self, force=False, runner=None, beam_options=None):
+    def _ensure_exported(self, force=False, runner=None, beam_options=None, check=None):
         if self._meta is not None:
             return self._meta
         if self._datum_export:
@@ -738,6 +738,8 @@ class DatumDataset:
             )
         self._resolve_read_options(layout.problem)
         problems.get(layout.problem).check_read_options(layout.info, self._read_options)
+        if check is not None:
+            check(layout.problem)  # The caller's checks of what it will read.
         sizes = {}
         fingerprint = cache_lib.fingerprint(layout, self.source, sizes)
         fresh = not force and self._reexport == "auto"
@@ -930,18 +932,24 @@ class DatumDataset:
             )
         if data_service is not None:
             self._check_data_service(data_service)
-        meta = self._ensure_exported()
+
+        def check_augmentations(problem_name):
+            problem = problems.get(problem_name)
+            if hasattr(problem, "check_augmentation"):
+                for augmentation in augmentations:
+                    if augmentation is not None:
+                        problem.check_augmentation(augmentation, self._read_options)
+
+        # Before an export (once the layout is found), and for a cache read
+        # as it is.
+        meta = self._ensure_exported(check=check_augmentations)
+        check_augmentations(meta["problem"])
         guard = self._check_cache_unchanged(meta)
         if split not in meta["splits"]:
             raise ValueError(
                 f"This dataset has no {split!r} split. Its splits are "
                 f"{sorted(meta['splits'])}."
             )
-        problem = problems.get(meta["problem"])
-        if hasattr(problem, "check_augmentation"):
-            for augmentation in augmentations:
-                if augmentation is not None:
-                    problem.check_augmentation(augmentation, self._read_options)
         read_options = self._read_options_for(split, augmentations, meta, preview)
         strategy = self.strategy
         if batch_size is not None:

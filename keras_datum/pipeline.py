@@ -657,7 +657,8 @@ def build(
         dataset = problem.batch(dataset, batch_size, options)
         count = (
             problem.batch_count(paths, batch_size, options)
-            if hasattr(problem, "batch_count") and whole and not repeat
+            # An augment step may change what the batches are made by.
+            if hasattr(problem, "batch_count") and whole and not repeat and augment is None
             else None
         )
         if count is not None:

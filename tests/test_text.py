@@ -74,6 +74,7 @@ def test_datum_json_integer_labels_in_strings(tmp_path):
     # json.load would keep only the second '1': an example lost without a word.
     ('{"1": {"text": "x", "label": {"p": 1}}, "1": {"text": "y", "label": {"p": 0}}}',
      r"train.json: the key '1' is repeated in one object"),
+    ("{}", r"lists no training examples \(as a text source in the 'datum_json' layout: 0 train\)"),
 ])
 def test_malformed_json_names_the_file_and_example(tmp_path, content, match):
     (tmp_path / "src").mkdir()
@@ -135,6 +136,44 @@ def test_text_vectorization_model_fits(tmp_path):
 def test_bad_bucket_boundaries():
     with pytest.raises(ValueError, match=r"Received: bucket_boundaries=\[8, 4\]"):
         DatumDataset("/nonexistent", bucket_boundaries=[8, 4])
+
+
+def test_an_augment_that_changes_lengths_keeps_bucketed_epochs_whole(tmp_path):
+    # Buckets are made after augment: the count from the stored texts no
+    # longer holds (tf.data would stop the epoch with 'expected N elements').
+    root, _ = write_text_folders(tmp_path / "src", per_class=20, seed=3)
+    ds = DatumDataset(root, batch_size=4, bucket_boundaries=[3, 7], validation_split=None,
+                      verbose=False)
+    assert len(ds.train()) == 11  # Three buckets of stored texts.
+
+    def first_word(inputs):
+        return {**inputs, "text": tf.strings.reduce_join(tf.strings.split(inputs["text"])[:1])}
+
+    for _ in range(2):  # Every epoch whole.
+        batches = [x for x, _ in ds.train(augment=first_word)]
+        assert sum(len(x) for x in batches) == 40
+        assert all(len(t.split()) == 1 for x in batches for t in x.numpy())
+    assert len(batches) == 10  # One bucket: 40 / 4.
+
+
+@pytest.mark.parametrize("argument", ["augment", "batch_augment"])
+def test_an_image_layer_is_refused_for_text_before_any_export(tmp_path, argument):
+    import keras_cv
+
+    root, _ = write_text_folders(tmp_path / "src", per_class=3)
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(root, cache_dir=cache_dir, verbose=False)
+    for layer in (keras.layers.RandomFlip("horizontal"), keras_cv.layers.RandomFlip("horizontal")):
+        with pytest.raises(ValueError, match=rf"The {argument} layer RandomFlip \(name='random_flip.*'\) "
+                           r"works on images, and this dataset is text"):
+            ds.train(**{argument: [layer]})
+        assert not cache_dir.exists() or not any(cache_dir.iterdir())
+    # A cache read as it is: refused all the same.
+    ds.export()
+    with pytest.raises(ValueError, match=r"works on images, and this dataset is text"):
+        DatumDataset(root, cache_dir=cache_dir, reexport="never", verbose=False).train(
+            **{argument: keras.layers.RandomFlip()}
+        )
 
 
 def test_image_dtype_is_refused_for_text_before_any_export(tmp_path):

@@ -62,11 +62,24 @@ def find_layout(root, problem=None, follow_links=False):
             layout = module.find_layout(root, follow_links=follow_links)
             if layout is not None:
                 _check_class_names(layout, root)
+                _check_training_examples(layout, root)
                 return layout
     raise ValueError(
         f"Could not recognise a {problem or 'known'} layout in {root!r}. "
         "See docs/layouts.md for the folder trees keras_datum reads."
     )
+
+
+def _check_training_examples(layout, root):
+    """A layout that lists no training example (an empty `train.json`, a
+    COCO file without images) is named here, before any work."""
+    if not layout.splits.get("train"):
+        found = ", ".join(f"{len(records)} {split}" for split, records in layout.splits.items())
+        raise ValueError(
+            f"{root!r} lists no training examples (as a {layout.problem} source "
+            f"in the {layout.name!r} layout{': ' + found if found else ''}). "
+            "See docs/layouts.md for the folder trees keras_datum reads."
+        )
 
 
 def _check_class_names(layout, root):

@@ -170,6 +170,20 @@ def check_read_options(info, options):
     classification.check_read_options(info, options)
 
 
+def check_augmentation(augmentation, options):
+    """Refuses image layers: a text example has no image."""
+    from keras_datum import augment
+
+    for step in augmentation.steps:
+        if augment.is_image_layer(step):
+            raise ValueError(
+                f"The {augmentation.argument} layer {type(step).__name__} "
+                f"(name={step.name!r}) works on images, and this dataset is text. "
+                "Pass a function that takes and returns the example dict "
+                "{'text': ..., 'labels': ...} instead."
+            )
+
+
 def decode(parsed, info, options):
     return classification.with_labels({"text": parsed["text"]}, parsed, info, options)
 
@@ -198,7 +212,8 @@ _BATCH_COUNTS = {}
 
 def batch_count(paths, batch_size, options):
     """How many batches `batch` makes of one pass over the shards `paths`,
-    or None when `batch` keeps the count itself.
+    or None when `batch` keeps the count itself. (Not for texts that an
+    `augment` step changes before `batch`: their lengths are not stored.)
 
     tf.data cannot know how many batches length buckets make; each bucket
     yields its full batches and one remainder per epoch, whatever the order,
