@@ -83,16 +83,17 @@ def visible_subdirs(directory):
     ]
 
 
-def split_folders(names, directory):
+def split_folders(names, directory, split_of=SPLIT_NAMES.get):
     """{split: folder name} of the split folders among `names` (subfolders
-    of `directory`): `train/`, `val/` or `validation/`, `test/`.
+    of `directory`): `train/`, `val/` or `validation/`, `test/` (or the
+    split each name gives by `split_of`, None for none).
 
     Raises:
         ValueError: both `val/` and `validation/` are there.
     """
     folders = {}
     for name in names:
-        split = SPLIT_NAMES.get(name)
+        split = split_of(name)
         if split is None:
             continue
         if split in folders:

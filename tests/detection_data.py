@@ -79,15 +79,22 @@ def write_coco(root, items_by_split):
     return str(root)
 
 
-def write_yolo(root, items_by_split, names_file="data.yaml"):
+def write_yolo(root, items_by_split, names_file="data.yaml", split_first=False):
+    """Ultralytics's `images/<split>/` and `labels/<split>/`, or with
+    `split_first` Roboflow's `<split>/images/` and `<split>/labels/`."""
     for split, items in items_by_split.items():
-        os.makedirs(os.path.join(root, "images", split))
-        os.makedirs(os.path.join(root, "labels", split))
+        image_dir, label_dir = (
+            (os.path.join(root, split, "images"), os.path.join(root, split, "labels"))
+            if split_first
+            else (os.path.join(root, "images", split), os.path.join(root, "labels", split))
+        )
+        os.makedirs(image_dir)
+        os.makedirs(label_dir)
         for stem, boxes, classes, pixels in items:
-            Image.fromarray(pixels).save(os.path.join(root, "images", split, stem + ".png"))
+            Image.fromarray(pixels).save(os.path.join(image_dir, stem + ".png"))
             if not boxes:
                 continue  # An image without a label file has no objects.
-            with open(os.path.join(root, "labels", split, stem + ".txt"), "w") as f:
+            with open(os.path.join(label_dir, stem + ".txt"), "w") as f:
                 for b, c in zip(boxes, classes):
                     cx, cy = (b[0] + b[2]) / 2 / WIDTH, (b[1] + b[3]) / 2 / HEIGHT
                     w, h = (b[2] - b[0]) / WIDTH, (b[3] - b[1]) / HEIGHT

@@ -256,6 +256,38 @@ def test_yolo_folders_that_would_mix_up_labels_are_refused(tmp_path):
         DatumDataset(root, verbose=False).export()
 
 
+def test_roboflow_and_ultralytics_yolo_folder_names_are_read(tmp_path):
+    # Roboflow's export (train/images/, valid/images/, ...) read as class
+    # folders would train on the split names as classes; Ultralytics's
+    # coco128 names its folders images/train2017/.
+    items = draw_items(8)
+    parts = {"train": items[:4], "val": items[4:6], "test": items[6:]}
+    standard = DatumDataset(write_yolo(tmp_path / "std", parts), verbose=False).info
+    for root in (
+        write_yolo(tmp_path / "rf", {"train": parts["train"], "valid": parts["val"], "test": parts["test"]},
+                   split_first=True),
+        write_yolo(tmp_path / "ul", {"train2017": parts["train"], "val2017": parts["val"], "test2017": parts["test"]}),
+    ):
+        info = DatumDataset(root, verbose=False).info
+        assert (info["problem"], info["layout"], info["class_names"]) == ("detection", "yolo", list(CLASS_NAMES))
+        for split in ("train", "val", "test"):
+            assert info["splits"][split]["num_examples"] == len(parts[split])
+            assert info["splits"][split]["objects"] == standard["splits"][split]["objects"]
+
+
+def test_yolo_folders_that_would_be_left_out_are_refused(tmp_path):
+    items = draw_items(4)
+    root = write_yolo(tmp_path / "a", {"train": items[:3], "dev": items[3:]})
+    with pytest.raises(ValueError, match=r"images' holds 'dev'/, which is not a split folder .* would be left out"):
+        DatumDataset(root, verbose=False).export()
+    root = write_yolo(tmp_path / "b", {"train": items[:3], "extra": items[3:]}, split_first=True)
+    with pytest.raises(ValueError, match=r"b' holds 'extra'/, which is not a split folder"):
+        DatumDataset(root, verbose=False).export()
+    root = write_yolo(tmp_path / "c", {"train": items[:2], "val": items[2:3], "valid": items[3:]}, split_first=True)
+    with pytest.raises(ValueError, match=r"has both 'val/' and 'valid/' folders"):
+        DatumDataset(root, verbose=False).export()
+
+
 def _edit_coco(root, split, edit):
     path = os.path.join(root, "annotations", f"instances_{split}.json")
     with open(path) as f:

@@ -10,7 +10,8 @@ root/                          root/                               root/
   ImageSets/Main/train.txt         instances_val.json                labels/train/ 0001.txt
   (or ImageSets/train.txt)       train/ (or images/train/,           images/val/ ...
   classes.names / labels.txt       or train2017/) ...                labels/val/ ...
-  (optional)
+  (optional)                                                         (or Roboflow's train/images/,
+                                                                     train/labels/, valid/images/ ...)
 ```
 
 Boxes are stored relative to the stored (upright) image, as `rel_xyxy`, after
@@ -378,10 +379,58 @@ def parse_yolo_labels(path, num_classes):
     return boxes, classes
 
 
+# Ultralytics's and Roboflow's split folder names: COCO's (with or without a
+# year: `train2017/`), and Roboflow's `valid/`.
+_YOLO_SPLITS = {**SPLITS, "valid": "val"}
+
+
+def _yolo_split(name):
+    return _YOLO_SPLITS.get(re.sub(r"\d+$", "", name))
+
+
+def _yolo_folders(root):
+    """{split: (images folder, labels folder)} of a YOLO source, or None
+    when `root` is not one: Ultralytics's `images/<split>/` beside
+    `labels/<split>/`, or Roboflow's `<split>/images/` beside
+    `<split>/labels/` (with a data.yaml or classes.txt at the top).
+
+    Raises:
+        ValueError: a folder that would be left out (not a split's), or
+            two folders of one split.
+    """
+    images_root, labels_root = os.path.join(root, "images"), os.path.join(root, "labels")
+    if storage.isdir(images_root) and storage.isdir(labels_root):
+        names = sources.visible_subdirs(images_root)
+        where, folders = images_root, sources.split_folders(names, images_root, _yolo_split)
+        pairs = {s: (os.path.join(images_root, f), os.path.join(labels_root, f)) for s, f in folders.items()}
+    elif any(storage.isfile(os.path.join(root, n)) for n in ("data.yaml", "classes.txt")):
+        names = [
+            name for name in sources.visible_subdirs(root)
+            if storage.isdir(os.path.join(root, name, "images"))
+            and storage.isdir(os.path.join(root, name, "labels"))
+        ]
+        if not names:
+            return None
+        where, folders = root, sources.split_folders(names, root, _yolo_split)
+        pairs = {
+            s: (os.path.join(root, f, "images"), os.path.join(root, f, "labels"))
+            for s, f in folders.items()
+        }
+    else:
+        return None
+    others = sorted(set(names) - set(folders.values()))
+    if others:
+        raise ValueError(
+            f"The YOLO folder {where!r} holds {others[0]!r}/, which is not a split "
+            "folder (train/, val/, valid/ or validation/, test/, with or without a "
+            "year as train2017/): its images would be left out. Rename or move it."
+        )
+    return pairs
+
+
 def _find_yolo(root, follow_links):
-    images_root = os.path.join(root, "images")
-    labels_root = os.path.join(root, "labels")
-    if not (storage.isdir(images_root) and storage.isdir(labels_root)):
+    folders = _yolo_folders(root)
+    if folders is None:
         return None
     yaml_path = os.path.join(root, "data.yaml")
     if storage.isfile(yaml_path):
@@ -394,13 +443,11 @@ def _find_yolo(root, follow_links):
         )
     extra = [class_file]
     splits = {}
-    folders = sources.split_folders(sources.visible_subdirs(images_root), images_root)
-    for split, folder in folders.items():
-        image_dir, label_dir = os.path.join(images_root, folder), os.path.join(labels_root, folder)
+    for split, (image_dir, label_dir) in folders.items():
         if not storage.isdir(label_dir):
             raise ValueError(
                 f"The YOLO folder {root!r} has {image_dir!r} but no {label_dir!r}: "
-                "each images/<split>/ folder needs its labels/<split>/ folder."
+                "each split's images folder needs its labels folder."
             )
         records = []
         paths = sources.iter_image_files(image_dir, follow_links)
@@ -414,7 +461,10 @@ def _find_yolo(root, follow_links):
             records.append(_record(root, image_path, boxes, classes, "rel_center_xywh"))
         splits[split] = records
     if "train" not in splits or not splits["train"]:
-        raise ValueError(f"The YOLO folder {root!r} has no images in images/train/.")
+        raise ValueError(
+            f"The YOLO folder {root!r} has no training images (images/train/ or "
+            "train/images/)."
+        )
     return _detection_layout("yolo", splits, class_names, extra)
 
 
