@@ -951,6 +951,9 @@ class DatumDataset:
                 f"{sorted(meta['splits'])}."
             )
         read_options = self._read_options_for(split, augmentations, meta, preview)
+        problem = problems.get(meta["problem"])
+        if hasattr(problem, "check_split"):
+            problem.check_split(split, meta["splits"][split], read_options, augmentations)
         strategy = self.strategy
         if batch_size is not None:
             batch_size *= strategy.num_replicas_in_sync

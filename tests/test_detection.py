@@ -2,6 +2,7 @@
 
 import json
 import os
+import warnings
 
 import keras
 import keras_cv
@@ -152,6 +153,33 @@ def test_max_boxes_holds_after_a_batch_augmentation(tmp_path, layer, max_boxes):
         assert (y["boxes"].numpy()[classes == -1] == -1).all()
         padded += int((classes == -1).sum())
     assert not max_boxes or layer == "keras_cv_mosaic" or padded > 0
+
+
+def test_max_boxes_that_cuts_boxes_off_warns(tmp_path):
+    three = [[2, 4, 12, 20], [16, 2, 30, 10], [3, 22, 9, 30]]
+    white = np.full((HEIGHT, WIDTH, 3), 255, np.uint8)
+    # Images with 1, 2, 3, 1, 2, 3 boxes.
+    items = [(f"i{i}", three[: 1 + i % 3], [1, 0, 1][: 1 + i % 3], white) for i in range(6)]
+    root = write_voc(tmp_path / "voc", items)
+
+    def dataset(max_boxes):
+        return DatumDataset(root, image_size=(32, 32), batch_size=4, max_boxes=max_boxes,
+                            validation_split=None, verbose=False)
+
+    assert dataset(None).info["splits"]["train"]["images_by_box_count"] == [0, 2, 2, 2]
+    with pytest.warns(UserWarning, match=r"max_boxes=2 cuts boxes off 2 of the train split's 6 "
+                      r"images, which have up to 3: only the first 2 of each are kept") as record:
+        dataset(2).train()
+    assert [w.filename for w in record] == [__file__]
+    mosaic = keras_cv.layers.Mosaic(bounding_box_format="xyxy")
+    with pytest.warns(UserWarning, match=r"max_boxes=3 cuts boxes off the mosaics: .* up to 12 in "
+                      r"the train split.* Pass max_boxes=12 or more"):
+        dataset(3).train(batch_augment=mosaic)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dataset(3).train()
+        dataset(12).train(batch_augment=mosaic)
+        dataset(None).train(batch_augment=mosaic)
 
 
 def _one_object(tmp_path):

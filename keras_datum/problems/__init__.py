@@ -19,6 +19,8 @@ A problem module provides:
 - optionally `check_augmentation(augmentation, options)`: raises `ValueError`
   for a step that cannot handle this problem's data (a layer that ignores
   masks, or one that blends them).
+- optionally `check_split(split, split_info, options, augmentations)`: warns
+  about what reading `split` as asked would lose (boxes past `max_boxes`).
 - optionally `batch(dataset, batch_size, options)` (`batch_size` may be None),
   when plain `batch` does not fit its elements (ragged or padded boxes).
 - optionally `after_batch_augment(inputs, options)`: a batch as the problem

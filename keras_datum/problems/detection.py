@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ElementTree
 import tensorflow as tf
 
 from keras_datum import images
+from keras_datum import notices
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import classification
@@ -509,7 +510,13 @@ def encode(record, options):
         classes.append(cls)
     features_out["objects/boxes"] = boxes
     features_out["objects/classes"] = classes
-    stats.update(objects=classes, boxes_clipped=clipped, boxes_dropped=dropped)
+    stats.update(
+        objects=classes,
+        boxes_clipped=clipped,
+        boxes_dropped=dropped,
+        # Counted per value by the export: [images with 0 boxes, with 1, ...].
+        images_by_box_count=[len(classes)],
+    )
     return features_out, stats
 
 
@@ -522,6 +529,36 @@ def check_read_options(info, options):
         raise ValueError(
             "`crop_to_aspect_ratio=True` would cut boxes off; detection "
             "datasets resize with `pad_to_aspect_ratio` instead."
+        )
+
+
+def check_split(split, split_info, options, augmentations):
+    """Warns when `max_boxes` cuts boxes off the split's images (or off
+    the mosaics a KerasCV `Mosaic` makes of four of them)."""
+    max_boxes = options["max_boxes"]
+    histogram = split_info.get("images_by_box_count")  # Not in older caches.
+    if not max_boxes or not histogram:
+        return
+    most = max(k for k, n in enumerate(histogram) if n) if any(histogram) else 0
+    batch_augment = augmentations[1]
+    mosaic = batch_augment is not None and any(
+        type(step).__name__ == "Mosaic" for step in batch_augment.steps
+    )
+    if mosaic and 4 * most > max_boxes:
+        notices.warn(
+            f"max_boxes={max_boxes} cuts boxes off the mosaics: Mosaic puts the "
+            f"boxes of 4 images in one, up to {4 * most} in the {split} split, and "
+            f"only the first {max_boxes} are kept (the other objects are left "
+            f"unlabelled, as background). Pass max_boxes={4 * most} or more, or "
+            "None for ragged batches."
+        )
+    elif most > max_boxes:
+        cut = sum(n for k, n in enumerate(histogram) if k > max_boxes)
+        notices.warn(
+            f"max_boxes={max_boxes} cuts boxes off {cut} of the {split} split's "
+            f"{split_info['num_examples']} images, which have up to {most}: only the "
+            f"first {max_boxes} of each are kept. Pass max_boxes={most} or more, or "
+            "None for ragged batches."
         )
 
 
