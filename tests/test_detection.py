@@ -182,6 +182,29 @@ def test_max_boxes_that_cuts_boxes_off_warns(tmp_path):
         dataset(None).train(batch_augment=mosaic)
 
 
+@pytest.mark.parametrize("make_layer, key, match", [
+    # Another format: the boxes would be moved to the wrong place, silently.
+    (lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy"), "classes",
+     r"RandomFlip \(name='random_flip.*'\) reads boxes as 'xyxy', and this dataset's are 'xywh'"),
+    (lambda: keras.layers.RandomFlip("horizontal", bounding_box_format="xyxy"), "labels",
+     r"reads boxes as 'xyxy', and this dataset's are 'xywh'.*bounding_box_format='xywh'"),
+    # Keras's layers need a format, and read the classes under "labels".
+    (lambda: keras.layers.RandomBrightness(0.2), "labels",
+     r"is one of Keras's preprocessing layers, which need a bounding_box_format .*'xywh'"),
+    (lambda: keras.layers.RandomFlip("horizontal", bounding_box_format="xywh"), "classes",
+     r"reads the classes of the boxes under 'labels', and this dataset puts them under 'classes'"),
+    (lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xywh"), "labels",
+     r"reads the classes of the boxes under 'classes', .* bounding_box_class_key='classes'"),
+])
+def test_a_box_layer_that_would_misread_the_boxes_is_refused_before_export(tmp_path, make_layer, key, match):
+    cache_dir = tmp_path / "cache"
+    ds = DatumDataset(_sources(tmp_path, "voc", draw_items(4)), bounding_box_format="xywh",
+                      bounding_box_class_key=key, cache_dir=cache_dir, verbose=False)
+    with pytest.raises(ValueError, match=match):
+        ds.train(augment=[make_layer()])
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())
+
+
 def _one_object(tmp_path):
     pixels = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
     pixels[10:30, 5:20] = 255

@@ -532,6 +532,42 @@ def check_read_options(info, options):
         )
 
 
+def check_augmentation(augmentation, options):
+    """Refuses layers that would read the boxes in another format (they
+    would move them wrongly, silently) or look for their classes under
+    another key: Keras's own layers read `labels`, KerasCV's `classes`."""
+    from keras_datum import augment
+
+    want, key = options["bounding_box_format"], options["bounding_box_class_key"]
+    for step in augmentation.steps:
+        if not augment.is_image_layer(step):
+            continue  # A callable gets the dict and owns its boxes.
+        named = f"The {augmentation.argument} layer {type(step).__name__} (name={step.name!r})"
+        keras_core = type(step).__module__.startswith("keras.")
+        layer_format = getattr(step, "bounding_box_format", None)
+        if keras_core and layer_format is None:
+            raise ValueError(
+                f"{named} is one of Keras's preprocessing layers, which need a "
+                "bounding_box_format on a detection dataset: make it with "
+                f"bounding_box_format={want!r}."
+            )
+        if layer_format is None:
+            continue  # KerasCV's colour layers pass boxes by.
+        if layer_format != want:
+            raise ValueError(
+                f"{named} reads boxes as {layer_format!r}, and this dataset's are "
+                f"{want!r}: it would move them to the wrong place. Make it with "
+                f"bounding_box_format={want!r}."
+            )
+        needs = "labels" if keras_core else "classes"
+        if key != needs:
+            raise ValueError(
+                f"{named} reads the classes of the boxes under {needs!r}, and this "
+                f"dataset puts them under {key!r}. Pass bounding_box_class_key="
+                f"{needs!r} to DatumDataset."
+            )
+
+
 def check_split(split, split_info, options, augmentations):
     """Warns when `max_boxes` cuts boxes off the split's images (or off
     the mosaics a KerasCV `Mosaic` makes of four of them)."""
