@@ -154,6 +154,13 @@ def validate_metadata(meta, path):
     )
     _require("train" in meta["splits"], path, "there is no 'train' split")
     _require(isinstance(meta["label_spec"].get("type"), str), path, "'label_spec' has no type")
+    num_classes = meta["label_spec"].get("num_classes")
+    _require(
+        num_classes is None or num_classes == len(meta["class_names"]),
+        path,
+        f"'class_names' holds {len(meta['class_names'])} names, and 'label_spec' "
+        f"says {num_classes!r} classes",
+    )
     _require(
         isinstance(meta["invalid_files"].get("count"), int), path, "'invalid_files' has no count"
     )

@@ -45,6 +45,8 @@ def test_damaged_metadata_gets_a_clear_error(class_folders, tmp_path, damage):
         (lambda m: m["splits"]["train"].update(num_examples=5), "shard lengths do not add up to 5"),
         (lambda m: m["splits"]["train"]["shards"][0].update(file="../../x"), "malformed shard entry"),
         (lambda m: m["splits"].pop("train"), "there is no 'train' split"),
+        # A model built from len(ds.class_names) would have the wrong outputs.
+        (lambda m: m["class_names"].append("fox"), "'class_names' holds 4 names, and 'label_spec' says 3 classes"),
     ],
 )
 def test_hand_edited_metadata_is_validated(class_folders, edit, match):
