@@ -176,21 +176,41 @@ def _generators(layer):
     return found
 
 
-def is_image_layer(step):
-    """Whether `step` is one of Keras's or KerasCV's image preprocessing layers."""
+def image_layer_family(step):
+    """"keras" for Keras's image preprocessing layers (subclasses too),
+    "keras_cv" for KerasCV's, None for anything else."""
     from keras.src.layers.preprocessing.image_preprocessing import (
         base_image_preprocessing_layer as keras_base,
     )
 
-    bases = [keras_base.BaseImagePreprocessingLayer]
+    if isinstance(step, keras_base.BaseImagePreprocessingLayer):
+        return "keras"
     try:
         from keras_cv.layers import BaseImageAugmentationLayer
         from keras_cv.layers import VectorizedBaseImageAugmentationLayer
     except ImportError:
-        pass
-    else:
-        bases += [BaseImageAugmentationLayer, VectorizedBaseImageAugmentationLayer]
-    return isinstance(step, tuple(bases))
+        return None
+    if isinstance(step, (BaseImageAugmentationLayer, VectorizedBaseImageAugmentationLayer)):
+        return "keras_cv"
+    return None
+
+
+def is_image_layer(step):
+    """Whether `step` is one of Keras's or KerasCV's image preprocessing layers."""
+    return image_layer_family(step) is not None
+
+
+def outer_layers(step):
+    """The layers a step's checks look at: an image layer itself (its own
+    inner layers are its business); the layers a container holds
+    (`keras.layers.Pipeline`, a `Sequential`), likewise; another layer
+    itself; nothing for a plain callable, which owns the dict."""
+    if not isinstance(step, keras.layers.Layer):
+        return []
+    if is_image_layer(step):
+        return [step]
+    inner = list(step._flatten_layers(include_self=False, recursive=False))
+    return [layer for sub in inner for layer in outer_layers(sub)] if inner else [step]
 
 
 def _name(step):

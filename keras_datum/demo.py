@@ -175,7 +175,12 @@ def _draw_into_place(data_dir, images_per_class, image_size, seed, verbose):
             open(mark, "w").close()
             make_shapes_dataset(partial, images_per_class, image_size, seed)
             os.remove(mark)
-            os.rename(partial, data_dir)
+            try:
+                os.rename(partial, data_dir)
+            except OSError:
+                if not os.path.isdir(data_dir):
+                    raise
+                # Another run drew it first (a file system without locks).
         finally:
             shutil.rmtree(partial, ignore_errors=True)  # Gone after the rename.
 

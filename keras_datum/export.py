@@ -61,8 +61,8 @@ SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
 # In a remote cache folder while its files are replaced one by one.
 COMMIT_MARKER = ".keras_datum_commit"
 # Written into each folder an export makes beside the cache (its temporary
-# folder, the old cache it replaces): the next export removes only folders
-# that hold it, never a user's folder of a like name.
+# folder, the old cache it replaces): the next export removes folders that
+# hold it (see `remove_leftovers`), never a user's folder of a like name.
 LEFTOVER_MARK = ".keras_datum_leftover"
 
 
@@ -532,19 +532,27 @@ def remove_leftovers(cache_dir):
     base = os.path.basename(cache_dir.rstrip(os.sep))
     if not storage.isdir(parent):
         return
-    # Only folders this module made (`_export_to` and `_commit`), which hold
-    # its mark: a user's `flowers.old-20240101` beside a cache named
-    # `flowers` has the name but not the mark. A temporary folder killed
-    # before its mark was written is empty.
+    # Only folders this module made (`_export_to` and `_commit`): those
+    # holding its mark, and temporary folders holding nothing but what an
+    # export writes (one killed before its mark, or after it removed it, or
+    # made by a version without marks). A user's `flowers.old-20240101`
+    # beside a cache named `flowers` has the name, not the mark; an old
+    # cache without the mark may be a user's copy of one, and stays.
     ours = re.compile(re.escape(base) + r"\.(tmp-\d+-|old-)[0-9a-f]{8}")
     for name in storage.listdir(parent):
         path = os.path.join(parent, name)
         if not ours.fullmatch(name) or not storage.isdir(path):
             continue
-        if storage.isfile(os.path.join(path, LEFTOVER_MARK)):
+        if storage.isfile(os.path.join(path, LEFTOVER_MARK)) or (
+            name.startswith(f"{base}.tmp-") and _holds_only_export_files(path)
+        ):
             storage.rmtree(path)
-        elif name.startswith(f"{base}.tmp-") and not storage.listdir(path):
-            storage.rmdir(path)
+
+
+def _holds_only_export_files(folder):
+    return all(
+        name in _OWN_FILES or _OWN_NAME.fullmatch(name) for name in storage.listdir(folder)
+    )
 
 
 def _mark_leftover(folder):
@@ -563,7 +571,10 @@ def _commit(tmp_dir, cache_dir):
         if cache.is_cache_folder(cache_dir):
             old = f"{cache_dir.rstrip(os.sep)}.old-{uuid.uuid4().hex[:8]}"
             storage.rename(cache_dir, old)
-            _mark_leftover(old)
+            try:
+                _mark_leftover(old)
+            except OSError:
+                pass  # Left unmarked if the disk is full: kept, never deleted by mistake.
         else:
             storage.rmdir(cache_dir)  # Empty, as check_cache_target ensured.
     storage.rename(tmp_dir, cache_dir)

@@ -138,12 +138,39 @@ def test_only_our_leftover_folders_are_removed(tmp_path):
         (tmp_path / name / "keep.txt").write_text("x")
     for name in ("flowers.tmp-12-0123abcd", "flowers.old-89abcdef"):
         (tmp_path / name / export.LEFTOVER_MARK).write_text("")
+    # Unmarked, holding only what an export writes (killed outside the
+    # marked span, or by a version without marks): a temporary folder goes,
+    # an old cache (perhaps a user's copy) stays.
+    for name in ("flowers.tmp-3-abcdef01", "flowers.old-abcdef01"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train-00000-of-00001.tfrecord").write_bytes(b"partial")
+        (tmp_path / name / "features.json").write_text("{}")
     export.remove_leftovers(str(tmp_path / "flowers"))
     # A died export's temporary folder and a commit's old cache (marked) go;
     # a user's folders that share the prefix, or the whole name, stay.
     assert sorted(os.listdir(tmp_path)) == [
-        "flowers.old-2019", "flowers.old-20240101", "flowers.tmp-7-20240101", "flowers.tmp-notes"
+        "flowers.old-2019", "flowers.old-20240101", "flowers.old-abcdef01",
+        "flowers.tmp-7-20240101", "flowers.tmp-notes",
     ]
+
+
+def test_a_commit_that_cannot_mark_the_old_cache_still_puts_the_new_one_in_place(
+    class_folders, tmp_path, monkeypatch
+):
+    ds = DatumDataset(class_folders, cache_dir=tmp_path / "cache", verbose=False)
+    ds.export()
+    mark = export._mark_leftover
+
+    def full_disk_for_old(folder):
+        if ".old-" in folder:
+            raise OSError(28, "No space left on device")
+        mark(folder)
+
+    monkeypatch.setattr(export, "_mark_leftover", full_disk_for_old)
+    meta = ds.export(force=True)
+    assert cache.read_metadata(str(tmp_path / "cache"))["created"] == meta["created"]
+    # Unmarked, the old cache is removed all the same once the new one is in place.
+    assert not list(tmp_path.glob("cache.old-*"))
 
 
 def test_an_empty_class_folder_added_exports_again(class_folders):

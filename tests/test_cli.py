@@ -151,6 +151,26 @@ def test_a_drawing_left_by_a_killed_demo_is_removed_by_the_next_run(tmp_path):
     assert sorted(len(os.listdir(data_dir / s)) for s in demo.SHAPES) == [4, 4, 4]
 
 
+def test_a_demo_that_loses_the_race_to_another_drawing_uses_it(tmp_path, monkeypatch):
+    # On a file system without locks two runs may draw at once: the one that
+    # renames second keeps the first one's folder.
+    import contextlib
+
+    from keras_datum import demo
+
+    data_dir = tmp_path / "shapes"
+    real_make = demo.make_shapes_dataset
+
+    def another_run_finishes_first(directory, *args):
+        real_make(directory, *args)
+        real_make(str(data_dir), *args)
+
+    monkeypatch.setattr(demo, "_folder_lock", lambda folder: contextlib.nullcontext(False))
+    monkeypatch.setattr(demo, "make_shapes_dataset", another_run_finishes_first)
+    demo.run_demo(data_dir=data_dir, images_per_class=4, image_size=16, epochs=1, verbose=False)
+    assert sorted(p.name for p in tmp_path.glob("shapes*")) == ["shapes"]
+
+
 def test_demo_arguments_it_cannot_train_on_are_refused_before_drawing(tmp_path, capsys):
     for flags, message in (
         (["--image-size", "7"], "`image_size` must be at least 8"),

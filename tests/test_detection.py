@@ -195,6 +195,13 @@ def test_max_boxes_that_cuts_boxes_off_warns(tmp_path):
      r"reads the classes of the boxes under 'labels', and this dataset puts them under 'classes'"),
     (lambda: keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xywh"), "labels",
      r"reads the classes of the boxes under 'classes', .* bounding_box_class_key='classes'"),
+    # Inside a container, and a user's subclass of a Keras layer.
+    (lambda: keras.layers.Pipeline([keras_cv.layers.RandomFlip("horizontal", bounding_box_format="xyxy")]),
+     "classes", r"reads boxes as 'xyxy', and this dataset's are 'xywh'"),
+    (lambda: keras.Sequential([keras.layers.RandomFlip("horizontal", bounding_box_format="xyxy")]),
+     "labels", r"reads boxes as 'xyxy', and this dataset's are 'xywh'"),
+    (lambda: type("MyFlip", (keras.layers.RandomFlip,), {})("horizontal", bounding_box_format="xywh"),
+     "classes", r"MyFlip .* reads the classes of the boxes under 'labels'"),
 ])
 def test_a_box_layer_that_would_misread_the_boxes_is_refused_before_export(tmp_path, make_layer, key, match):
     cache_dir = tmp_path / "cache"
@@ -203,6 +210,16 @@ def test_a_box_layer_that_would_misread_the_boxes_is_refused_before_export(tmp_p
     with pytest.raises(ValueError, match=match):
         ds.train(augment=[make_layer()])
     assert not cache_dir.exists() or not any(cache_dir.iterdir())
+
+
+def test_a_users_subclass_of_a_keras_box_layer_reads_labels(tmp_path):
+    class MyFlip(keras.layers.RandomFlip):
+        pass
+
+    ds = DatumDataset(_sources(tmp_path, "voc", draw_items(4)), image_size=(HEIGHT, WIDTH),
+                      bounding_box_class_key="labels", batch_size=2, verbose=False)
+    batches = list(ds.train(augment=keras.layers.Pipeline([MyFlip("horizontal", bounding_box_format="xyxy")])))
+    assert sum(int(x.shape[0]) for x, _ in batches) == ds.num_examples["train"]
 
 
 def _one_object(tmp_path):

@@ -95,6 +95,8 @@ def test_pairs_with_splits_resize_nearest_and_pad_with_ignore(tmp_path):
     # class's transform (so, with the image sampled the same way, exactly).
     lambda: keras.layers.RandomRotation(0.25, fill_mode="constant", interpolation="nearest"),
     lambda: keras.layers.RandomZoom(0.3, fill_mode="constant", interpolation="nearest"),
+    # Layers in a container are checked one by one (it was refused whole).
+    lambda: keras.layers.Pipeline([keras.layers.RandomFlip("horizontal")]),
 ])
 def test_flipped_mask_matches_flipped_image(tmp_path, make_flip):
     root = write_pairs(tmp_path / "pairs", {"train": _draw(3)})
@@ -110,6 +112,8 @@ def test_flipped_mask_matches_flipped_image(tmp_path, make_flip):
 
 @pytest.mark.parametrize("make_layer", [
     lambda: keras_cv.layers.RandomCrop(16, 16),
+    lambda: keras.layers.Pipeline([keras.layers.RandomFlip(), keras_cv.layers.RandomCrop(16, 16)]),
+    lambda: keras.Sequential([keras_cv.layers.RandomCrop(16, 16)]),
 ])
 def test_layer_that_cannot_move_masks_is_refused_before_training(tmp_path, make_layer):
     root = write_pairs(tmp_path / "pairs", {"train": _draw(4)})

@@ -163,7 +163,11 @@ def test_an_image_layer_is_refused_for_text_before_any_export(tmp_path, argument
     root, _ = write_text_folders(tmp_path / "src", per_class=3)
     cache_dir = tmp_path / "cache"
     ds = DatumDataset(root, cache_dir=cache_dir, verbose=False)
-    for layer in (keras.layers.RandomFlip("horizontal"), keras_cv.layers.RandomFlip("horizontal")):
+    for layer in (
+        keras.layers.RandomFlip("horizontal"),
+        keras_cv.layers.RandomFlip("horizontal"),
+        keras.layers.Pipeline([keras.layers.RandomFlip("horizontal")]),  # In a container too.
+    ):
         with pytest.raises(ValueError, match=rf"The {argument} layer RandomFlip \(name='random_flip.*'\) "
                            r"works on images, and this dataset is text"):
             ds.train(**{argument: [layer]})

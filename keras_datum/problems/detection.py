@@ -539,11 +539,12 @@ def check_augmentation(augmentation, options):
     from keras_datum import augment
 
     want, key = options["bounding_box_format"], options["bounding_box_class_key"]
-    for step in augmentation.steps:
-        if not augment.is_image_layer(step):
+    for step in (layer for step in augmentation.steps for layer in augment.outer_layers(step)):
+        family = augment.image_layer_family(step)
+        if family is None:
             continue  # A callable gets the dict and owns its boxes.
         named = f"The {augmentation.argument} layer {type(step).__name__} (name={step.name!r})"
-        keras_core = type(step).__module__.startswith("keras.")
+        keras_core = family == "keras"
         layer_format = getattr(step, "bounding_box_format", None)
         if keras_core and layer_format is None:
             raise ValueError(

@@ -309,10 +309,12 @@ _CROPS = ("RandomCrop", "CenterCrop")
 def check_augmentation(augmentation, options):
     """Refuses layers that would move the image but not its mask, or that
     would make up class ids in the mask."""
+    from keras_datum import augment
+
     height, width = options["image_size"]
-    for step in augmentation.steps:
+    for step in (layer for step in augmentation.steps for layer in augment.outer_layers(step)):
         name = type(step).__name__
-        keras_layer = type(step).__module__.startswith("keras.")
+        keras_layer = augment.image_layer_family(step) == "keras"
         if keras_layer and name in _MASK_BLENDING:
             raise ValueError(
                 f"The {augmentation.argument} layer {name} (name={step.name!r}) "

@@ -174,11 +174,11 @@ def check_augmentation(augmentation, options):
     """Refuses image layers: a text example has no image."""
     from keras_datum import augment
 
-    for step in augmentation.steps:
-        if augment.is_image_layer(step):
+    for layer in (layer for step in augmentation.steps for layer in augment.outer_layers(step)):
+        if augment.is_image_layer(layer):
             raise ValueError(
-                f"The {augmentation.argument} layer {type(step).__name__} "
-                f"(name={step.name!r}) works on images, and this dataset is text. "
+                f"The {augmentation.argument} layer {type(layer).__name__} "
+                f"(name={layer.name!r}) works on images, and this dataset is text. "
                 "Pass a function that takes and returns the example dict "
                 "{'text': ..., 'labels': ...} instead."
             )
