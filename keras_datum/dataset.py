@@ -346,8 +346,9 @@ class DatumDataset:
             cap. `"auto"` is `2 * max(image_size)`; `None` keeps the
             originals. A cap near `image_size` makes every decoding epoch
             cheaper, at the cost of detail for zooms and crops. Each cap gets
-            its own default cache folder; a cache with a larger (or no) cap
-            is reused. Defaults to `"auto"`.
+            its own default cache folder; for `"auto"`, a cache with a larger
+            (or no) cap is reused, while a cap passed is exported as asked.
+            Defaults to `"auto"`.
         cache: keep the decoded split in memory, at the target size as uint8,
             from the first epoch on, so that later epochs decode nothing.
             `"auto"` caches when the decoded split fits `cache_budget`;
@@ -532,6 +533,9 @@ class DatumDataset:
             if arguments[name] != defaults[name]
         }
         self._default_cache_dir = not cache_dir
+        # A cap passed (not the one `image_size` gives) is exported as asked:
+        # a cache with a larger cap would decode more pixels every epoch.
+        self._exact_cap = not (isinstance(max_image_side, str) and max_image_side == "auto")
         if cache_dir:
             self.cache_dir = storage.abspath(os.fspath(cache_dir))
             if os.path.islink(self.cache_dir):
@@ -775,7 +779,7 @@ class DatumDataset:
         """This dataset's cache folder, then, for a default one, the other
         caches of the source: one exported with a larger size cap (for a
         larger `image_size`) serves this dataset too, without an export."""
-        if not self._default_cache_dir or self._datum_export:
+        if not self._default_cache_dir or self._datum_export or self._exact_cap:
             return [self._own_cache_dir]
         others = [c for c in cache_lib.caches_of(self.source) if c != self._own_cache_dir]
         return [self._own_cache_dir, *others]
@@ -796,6 +800,11 @@ class DatumDataset:
             and meta["source_fingerprint"].get("digest") == fingerprint["digest"]
             and _options_satisfied(meta["export_options"], self._export_options)
             and _enough_shards(meta, self._export_options["min_shards"])
+            and (
+                not self._exact_cap
+                or meta["export_options"].get("max_image_side")
+                == self._export_options["max_image_side"]
+            )
         ):
             return meta
         return None

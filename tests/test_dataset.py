@@ -415,13 +415,19 @@ def test_a_cap_near_the_target_shrinks_what_is_more_than_25_percent_over(tmp_pat
     Image.fromarray(np.full((300, 400, 3), 200, np.uint8)).save(tmp_path / "src" / "a" / "big.jpg")
     # 70 pixels: over the cap of 60, but by less than 25%, so kept as it is.
     Image.fromarray(np.full((70, 70, 3), 90, np.uint8)).save(tmp_path / "src" / "a" / "near.jpg")
-    ds = DatumDataset(tmp_path / "src", image_size=(50, 50), max_image_side=60,
-                      validation_split=None, verbose=False)
-    assert ds.info["export_options"]["max_image_side"] == 60
-    sizes = {name: pixels.shape for name, _, pixels in read_split(ds, "train")}
-    assert sizes == {"a/big.jpg": (45, 60, 3), "a/near.jpg": (70, 70, 3)}
-    x, _ = next(iter(ds.train()))
-    assert x.shape[1:] == (50, 50, 3)
+    # Caches with the automatic cap (100) exist, in the default folders and
+    # in a cache_dir: the cap passed is exported all the same, as asked.
+    for cache_dir in (None, tmp_path / "cache"):
+        auto = DatumDataset(tmp_path / "src", image_size=(50, 50), validation_split=None,
+                            cache_dir=cache_dir, verbose=False)
+        assert auto.info["export_options"]["max_image_side"] == 100
+        ds = DatumDataset(tmp_path / "src", image_size=(50, 50), max_image_side=60,
+                          validation_split=None, cache_dir=cache_dir, verbose=False)
+        assert ds.info["export_options"]["max_image_side"] == 60
+        sizes = {name: pixels.shape for name, _, pixels in read_split(ds, "train")}
+        assert sizes == {"a/big.jpg": (45, 60, 3), "a/near.jpg": (70, 70, 3)}
+        x, _ = next(iter(ds.train()))
+        assert x.shape[1:] == (50, 50, 3)
 
 
 def test_rgba_reads_jpegs_with_an_opaque_alpha(tmp_path):
