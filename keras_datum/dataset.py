@@ -1140,6 +1140,31 @@ class DatumDataset:
         """The test split, when the source has one; see `train()`."""
         return self._split("test", batch_size, shuffle, repeat, seed, augment, batch_augment)
 
+    def file_paths(self, split):
+        """The source file of each example of `split`, in the order that
+        `ds.<split>(shuffle=False)` yields them, as Keras's
+        `dataset.file_paths`: to match predictions to files. (The order is
+        the export's, in which the classes are interleaved: not Keras's.)
+        An example from a JSON or CSV file is `<file>#<id>`.
+
+        Raises:
+            ValueError: no such split, or a datum export, which stores no
+                file names.
+        """
+        meta = self._ensure_exported()
+        if split not in meta["splits"]:
+            raise ValueError(
+                f"This dataset has no {split!r} split. Its splits are "
+                f"{sorted(meta['splits'])}."
+            )
+        if self._datum_export:
+            raise ValueError(
+                "A datum export stores no file names, so it has no file paths."
+            )
+        guard = self._check_cache_unchanged(meta)
+        names = pipeline.file_names(meta, self.cache_dir, split, guard)
+        return [os.path.join(self.source, name) for name in names]
+
     # --- Seeing the data ------------------------------------------------
 
     def preview(

@@ -301,6 +301,23 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block,
     return _checked(blocks, paths, counts)
 
 
+def file_names(meta, cache_dir, split, guard=None):
+    """Each example's `source/filename` (as the export wrote it, relative to
+    the source), in the order an unshuffled read of `split` yields it: the
+    same blocks of the same shards, interleaved the same way."""
+    paths, counts = _shards(meta, cache_dir, split)
+    blocks = _serialized_blocks(
+        paths, counts, False, None, True, _block_records(paths, counts), guard
+    )
+    spec = {"source/filename": tf.io.FixedLenFeature([], tf.string)}
+    names = blocks.map(lambda block: tf.io.parse_example(block, spec)["source/filename"])
+    return [
+        name.decode("utf-8", "surrogateescape")
+        for block in names.as_numpy_iterator()
+        for name in block
+    ]
+
+
 def _serialized(
     paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block, guard
 ):

@@ -484,3 +484,26 @@ def test_keras_set_random_seed_makes_an_unseeded_train_repeat_across_processes(t
         assert run.returncode == 0, run.stderr
     assert runs[0].stdout.split() == runs[1].stdout.split()
     assert len(set(runs[0].stdout.split())) == 4
+
+
+@pytest.mark.parametrize("cache, batch_size", [(False, 4), (True, 4), (False, None)])
+def test_file_paths_name_each_example_in_the_order_it_is_read(tmp_path, cache, batch_size):
+    from PIL import Image
+
+    # Noise images of their own size (16x16, read at 16x16: no resize), many
+    # shards: the pixels tell which file each example is.
+    root = make_class_folders(tmp_path / "src", {"a": 120, "b": 90, "c": 60})
+    ds = DatumDataset(root, image_size=(16, 16), batch_size=batch_size, cache=cache,
+                      validation_split=0.25, verbose=False)
+    for split in ("train", "val"):
+        paths = ds.file_paths(split)
+        assert len(paths) == len(set(paths)) == ds.num_examples[split]
+        read = getattr(ds, split)(shuffle=False)
+        images = np.concatenate([x.numpy()[None] if batch_size is None else x.numpy() for x, _ in read])
+        labels = np.concatenate([np.atleast_1d(y.numpy()) for _, y in read])
+        for path, image, label in zip(paths, images, labels):
+            np.testing.assert_array_equal(image, np.asarray(Image.open(path).convert("RGB"), np.float32))
+            assert ds.class_names[label] == os.path.basename(os.path.dirname(path))
+    assert len(ds.info["splits"]["train"]["shards"]) > 1
+    with pytest.raises(ValueError, match=r"no 'test' split"):
+        ds.file_paths("test")

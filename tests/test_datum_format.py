@@ -205,6 +205,8 @@ def test_classification_round_trip_pixels_labels_and_element_spec(tmp_path):
             assert reference[key] == int(y)
             seen.append(key)
     assert sorted(seen) == sorted(reference)
+    with pytest.raises(ValueError, match="A datum export stores no file names"):
+        ds.file_paths("train")
     categorical = DatumDataset.from_tfrecords(
         export, class_names=["a", "b", "c"], image_size=(8, 8), label_mode="categorical",
         batch_size=None, verbose=False,

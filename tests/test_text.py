@@ -54,6 +54,8 @@ def test_datum_json_layout(tmp_path):
     assert ds.num_examples == {"train": 10, "val": 1}
     (x, y), = list(ds.val())
     assert x.numpy() == b"held out" and y.numpy().tolist() == [1.0, 0.0]
+    assert ds.file_paths("val") == [os.path.join(str(root), "val.json#a")]
+    assert sorted(ds.file_paths("train")) == sorted(os.path.join(str(root), f"train.json#{i}") for i in range(10))
 
 
 def test_datum_json_integer_labels_in_strings(tmp_path):
