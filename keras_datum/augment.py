@@ -209,7 +209,10 @@ def outer_layers(step):
         return []
     if is_image_layer(step):
         return [step]
-    inner = list(step._flatten_layers(include_self=False, recursive=False))
+    inner = [
+        layer for layer in step._flatten_layers(include_self=False, recursive=False)
+        if not isinstance(layer, keras.layers.InputLayer)  # A Sequential's input.
+    ]
     return [layer for sub in inner for layer in outer_layers(sub)] if inner else [step]
 
 

@@ -220,3 +220,17 @@ def test_a_layer_that_cannot_handle_the_element_is_named(ds):
     # Per example, KerasCV's MixUp has no batch to mix with.
     with pytest.raises(ValueError, match=r"The augment step MixUp \(name='mix_up.*'\) failed on the element"):
         ds.train(augment=keras_cv.layers.MixUp())
+
+
+def test_checks_look_at_the_layers_a_container_holds():
+    from keras_datum import augment
+
+    flip, crop = keras.layers.RandomFlip(), keras_cv.layers.RandomCrop(4, 4)
+    rand_augment = keras_cv.layers.RandAugment(value_range=(0, 255))
+    nested = keras.layers.Pipeline([flip, keras.Sequential([keras.Input((8, 8, 3)), crop])])
+    # Containers are opened (less a Sequential's input); an image layer is
+    # looked at whole, whatever it holds; a plain callable owns the dict.
+    assert augment.outer_layers(nested) == [flip, crop]
+    assert augment.outer_layers(rand_augment) == [rand_augment]
+    assert augment.outer_layers(lambda inputs: inputs) == []
+    assert [augment.image_layer_family(layer) for layer in (flip, crop, nested)] == ["keras", "keras_cv", None]
