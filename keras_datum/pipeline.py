@@ -222,7 +222,7 @@ def _checked(blocks, paths, counts):
 # What differs between two exports of the same content: left out of the
 # export's content key (see `export_key`).
 VOLATILE_KEYS = ("created", "keras_datum_version")
-_VOLATILE = r'"(' + "|".join(VOLATILE_KEYS) + r')":\s*"[^"]*"'
+_VOLATILE = r'"(' + "|".join(VOLATILE_KEYS) + r')"\s*:\s*"[^"]*"'
 
 
 def same_export(metadata, other):

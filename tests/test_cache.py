@@ -279,6 +279,12 @@ def test_a_metadata_file_reformatted_by_hand_is_still_read(class_folders, tmp_pa
     again = DatumDataset(class_folders, cache_dir=tmp_path / "cache", cache=False, verbose=False)
     assert sum(int(batch[1].shape[0]) for batch in again.train()) == expected == 24
     assert json.loads(path.read_text()) == meta  # Read as it is, not exported again.
+    # The time stamp is left out of the key however it is spaced.
+    from keras_datum import pipeline
+
+    assert int(pipeline.export_key('{"created" : "2026-01-01", "a": 1}')) == int(
+        pipeline.export_key('{"created" : "2027-02-02", "a": 1}')
+    )
 
 
 # A folder name with glob characters is checked all the same.
