@@ -356,6 +356,19 @@ def test_yolo_folders_that_would_be_left_out_are_refused(tmp_path):
         DatumDataset(root, verbose=False).export()
 
 
+def test_yolo_label_files_without_an_image_are_named(tmp_path):
+    items = draw_items(4)
+    root = write_yolo(tmp_path / "yolo", {"train": items})
+    os.remove(os.path.join(root, "images", "train", "img001.png"))  # Its label stays.
+    with open(os.path.join(root, "labels", "train", "classes.txt"), "w") as f:
+        f.write("cat\ndog\n")  # LabelImg's, beside the labels: not a label.
+    with pytest.warns(UserWarning, match=r"1 label files in .*labels/train' have no image of their "
+                      r"name in the split \(such as 'img001.txt'\): their objects are left out") as record:
+        ds = DatumDataset(root, verbose=False)
+        assert sum(ds.num_examples.values()) == 3
+    assert len(record) == 1
+
+
 def _edit_coco(root, split, edit):
     path = os.path.join(root, "annotations", f"instances_{split}.json")
     with open(path) as f:

@@ -429,6 +429,21 @@ def _yolo_folders(root):
     return pairs
 
 
+def _warn_labels_without_images(label_dir, stems):
+    """Label files no image of the split has: their objects are left out,
+    which a deleted image or a misnamed one would also cause."""
+    orphans = sorted(
+        name for name in storage.listdir(label_dir)
+        if name.endswith(".txt") and name != "classes.txt"  # LabelImg writes one there.
+        and name[: -len(".txt")] not in stems
+    )
+    if orphans:
+        notices.warn(
+            f"{len(orphans)} label files in {label_dir!r} have no image of their "
+            f"name in the split (such as {orphans[0]!r}): their objects are left out."
+        )
+
+
 def _find_yolo(root, follow_links):
     folders = _yolo_folders(root)
     if folders is None:
@@ -452,7 +467,9 @@ def _find_yolo(root, follow_links):
             )
         records = []
         paths = sources.iter_image_files(image_dir, follow_links)
-        for stem, image_path in sources.unique_stems(paths, image_dir).items():
+        stems = sources.unique_stems(paths, image_dir)
+        _warn_labels_without_images(label_dir, stems)
+        for stem, image_path in stems.items():
             label_path = os.path.join(label_dir, stem + ".txt")
             boxes, classes = [], []
             # Fingerprinted even when missing, so that adding one re-exports.
