@@ -61,6 +61,11 @@ class Augmentation:
         self._pending = []
 
     @property
+    def layers(self):
+        """The layers the problems' checks look at (see `outer_layers`)."""
+        return [layer for step in self.steps for layer in outer_layers(step)]
+
+    @property
     def mixes_labels(self):
         return [_name(s) for s in self.steps if type(s).__name__ in LABEL_MIXING_LAYERS]
 

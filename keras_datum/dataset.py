@@ -123,6 +123,13 @@ def _in_words(names):
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
+def _check_split(meta, split):
+    if split not in meta["splits"]:
+        raise ValueError(
+            f"This dataset has no {split!r} split. Its splits are {sorted(meta['splits'])}."
+        )
+
+
 def _check_bool(name, value):
     # A string such as "no" would be true.
     if not isinstance(value, (bool, np.bool_)):
@@ -954,11 +961,7 @@ class DatumDataset:
         meta = self._ensure_exported(check=check_augmentations)
         check_augmentations(meta["problem"])
         guard = self._check_cache_unchanged(meta)
-        if split not in meta["splits"]:
-            raise ValueError(
-                f"This dataset has no {split!r} split. Its splits are "
-                f"{sorted(meta['splits'])}."
-            )
+        _check_split(meta, split)
         read_options = self._read_options_for(split, augmentations, meta, preview)
         problem = problems.get(meta["problem"])
         if hasattr(problem, "check_split"):
@@ -1152,11 +1155,7 @@ class DatumDataset:
                 file names.
         """
         meta = self._ensure_exported()
-        if split not in meta["splits"]:
-            raise ValueError(
-                f"This dataset has no {split!r} split. Its splits are "
-                f"{sorted(meta['splits'])}."
-            )
+        _check_split(meta, split)
         if self._datum_export:
             raise ValueError(
                 "A datum export stores no file names, so it has no file paths."

@@ -556,7 +556,7 @@ def check_augmentation(augmentation, options):
     from keras_datum import augment
 
     want, key = options["bounding_box_format"], options["bounding_box_class_key"]
-    for step in (layer for step in augmentation.steps for layer in augment.outer_layers(step)):
+    for step in augmentation.layers:
         family = augment.image_layer_family(step)
         if family is None:
             continue  # A callable gets the dict and owns its boxes.

@@ -312,7 +312,7 @@ def check_augmentation(augmentation, options):
     from keras_datum import augment
 
     height, width = options["image_size"]
-    for step in (layer for step in augmentation.steps for layer in augment.outer_layers(step)):
+    for step in augmentation.layers:
         name = type(step).__name__
         keras_layer = augment.image_layer_family(step) == "keras"
         if keras_layer and name in _MASK_BLENDING:

@@ -174,7 +174,7 @@ def check_augmentation(augmentation, options):
     """Refuses image layers: a text example has no image."""
     from keras_datum import augment
 
-    for layer in (layer for step in augmentation.steps for layer in augment.outer_layers(step)):
+    for layer in augmentation.layers:
         if augment.is_image_layer(layer):
             raise ValueError(
                 f"The {augmentation.argument} layer {type(layer).__name__} "
