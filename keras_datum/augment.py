@@ -181,21 +181,33 @@ def _generators(layer):
     return found
 
 
-def image_layer_family(step):
-    """"keras" for Keras's image preprocessing layers (subclasses too),
-    "keras_cv" for KerasCV's, None for anything else."""
+def image_layer_bases():
+    """The base classes of Keras's image preprocessing layers, of KerasCV's,
+    and of KerasCV's vectorized ones (None for KerasCV's where it is not
+    installed)."""
     from keras.src.layers.preprocessing.image_preprocessing import (
         base_image_preprocessing_layer as keras_base,
     )
 
-    if isinstance(step, keras_base.BaseImagePreprocessingLayer):
-        return "keras"
     try:
         from keras_cv.layers import BaseImageAugmentationLayer
         from keras_cv.layers import VectorizedBaseImageAugmentationLayer
     except ImportError:
-        return None
-    if isinstance(step, (BaseImageAugmentationLayer, VectorizedBaseImageAugmentationLayer)):
+        return keras_base.BaseImagePreprocessingLayer, None, None
+    return (
+        keras_base.BaseImagePreprocessingLayer,
+        BaseImageAugmentationLayer,
+        VectorizedBaseImageAugmentationLayer,
+    )
+
+
+def image_layer_family(step):
+    """"keras" for Keras's image preprocessing layers (subclasses too),
+    "keras_cv" for KerasCV's, None for anything else."""
+    keras_base, keras_cv_base, keras_cv_vectorized = image_layer_bases()
+    if isinstance(step, keras_base):
+        return "keras"
+    if keras_cv_base is not None and isinstance(step, (keras_cv_base, keras_cv_vectorized)):
         return "keras_cv"
     return None
 

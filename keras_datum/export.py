@@ -532,7 +532,7 @@ def remove_leftovers(cache_dir):
     base = os.path.basename(cache_dir.rstrip(os.sep))
     if not storage.isdir(parent):
         return
-    # Only folders this module made (`_export_to` and `_commit`): those
+    # Only folders this module made (`export_layout` and `_commit`): those
     # holding its mark, and temporary folders holding nothing but what an
     # export writes (one killed before its mark, or after it removed it, or
     # made by a version without marks). A user's `flowers.old-20240101`

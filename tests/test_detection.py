@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import warnings
 
 import keras
@@ -354,6 +355,12 @@ def test_yolo_folders_that_would_be_left_out_are_refused(tmp_path):
     root = write_yolo(tmp_path / "c", {"train": items[:2], "val": items[2:3], "valid": items[3:]}, split_first=True)
     with pytest.raises(ValueError, match=r"has both 'val/' and 'valid/' folders"):
         DatumDataset(root, verbose=False).export()
+    # A Roboflow split with one of its two folders was left out silently.
+    for kept, gone in (("images", "labels"), ("labels", "images")):
+        root = write_yolo(tmp_path / f"d_{kept}", {"train": items[:3], "test": items[3:]}, split_first=True)
+        shutil.rmtree(os.path.join(root, "test", gone))
+        with pytest.raises(ValueError, match=rf"has '.*test/{kept}' but no '.*test/{gone}': each split needs"):
+            DatumDataset(root, verbose=False).export()
 
 
 def test_yolo_label_files_without_an_image_are_named(tmp_path):

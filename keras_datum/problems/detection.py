@@ -241,9 +241,10 @@ def parse_coco_json(path):
     return images_by_id, annotations, categories
 
 
-def _coco_split(name):
-    base = re.sub(r"\d+$", "", name)
-    return SPLITS.get(base)
+def _coco_split(name, splits=SPLITS):
+    """The split a COCO file or folder name gives, with or without a year
+    (`val2017`); None for none."""
+    return splits.get(re.sub(r"\d+$", "", name))
 
 
 def _find_coco(root, follow_links):
@@ -386,7 +387,7 @@ _YOLO_SPLITS = {**SPLITS, "valid": "val"}
 
 
 def _yolo_split(name):
-    return _YOLO_SPLITS.get(re.sub(r"\d+$", "", name))
+    return _coco_split(name, _YOLO_SPLITS)
 
 
 def _yolo_folders(root):
@@ -405,10 +406,11 @@ def _yolo_folders(root):
         where, folders = images_root, sources.split_folders(names, images_root, _yolo_split)
         pairs = {s: (os.path.join(images_root, f), os.path.join(labels_root, f)) for s, f in folders.items()}
     elif any(storage.isfile(os.path.join(root, n)) for n in ("data.yaml", "classes.txt")):
+        # A split with only one of the two is named by `_find_yolo`.
         names = [
             name for name in sources.visible_subdirs(root)
             if storage.isdir(os.path.join(root, name, "images"))
-            and storage.isdir(os.path.join(root, name, "labels"))
+            or storage.isdir(os.path.join(root, name, "labels"))
         ]
         if not names:
             return None
@@ -460,11 +462,12 @@ def _find_yolo(root, follow_links):
     extra = [class_file]
     splits = {}
     for split, (image_dir, label_dir) in folders.items():
-        if not storage.isdir(label_dir):
-            raise ValueError(
-                f"The YOLO folder {root!r} has {image_dir!r} but no {label_dir!r}: "
-                "each split's images folder needs its labels folder."
-            )
+        for present, missing in ((image_dir, label_dir), (label_dir, image_dir)):
+            if not storage.isdir(missing):
+                raise ValueError(
+                    f"The YOLO folder {root!r} has {present!r} but no {missing!r}: "
+                    "each split needs its images folder and its labels folder."
+                )
         records = []
         paths = sources.iter_image_files(image_dir, follow_links)
         stems = sources.unique_stems(paths, image_dir)

@@ -340,25 +340,15 @@ def check_augmentation(augmentation, options):
             )
 
 
-def _transforms_masks(step):
-    import keras
+def _transforms_masks(layer):
+    from keras_datum import augment
 
-    if not isinstance(step, keras.layers.Layer):
-        return True  # A callable gets the dict and owns its masks.
-    try:
-        from keras_cv.layers import BaseImageAugmentationLayer
-        from keras_cv.layers import VectorizedBaseImageAugmentationLayer
-    except ImportError:
-        BaseImageAugmentationLayer = VectorizedBaseImageAugmentationLayer = None
-    from keras.src.layers.preprocessing.image_preprocessing import (
-        base_image_preprocessing_layer as keras_base,
-    )
-
-    cls = type(step)
+    keras_base, keras_cv_base, keras_cv_vectorized = augment.image_layer_bases()
+    cls = type(layer)
     checks = [
-        (VectorizedBaseImageAugmentationLayer, "augment_segmentation_masks"),
-        (BaseImageAugmentationLayer, "augment_segmentation_mask"),
-        (keras_base.BaseImagePreprocessingLayer, "transform_segmentation_masks"),
+        (keras_cv_vectorized, "augment_segmentation_masks"),
+        (keras_cv_base, "augment_segmentation_mask"),
+        (keras_base, "transform_segmentation_masks"),
     ]
     for base, method in checks:
         if base is not None and issubclass(cls, base):
@@ -367,9 +357,7 @@ def _transforms_masks(step):
             # Keras's geometric layers (RandomRotation, RandomZoom, ...) keep
             # the base's mask transform, which runs their `_transform_images`
             # with nearest-neighbour interpolation.
-            return base is keras_base.BaseImagePreprocessingLayer and (
-                cls._transform_images is not base._transform_images
-            )
+            return base is keras_base and cls._transform_images is not base._transform_images
     return False  # Some other layer: it knows nothing of the masks key.
 
 
