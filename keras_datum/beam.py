@@ -135,8 +135,14 @@ def _write_one_shard(task, problem_name, feature_spec, export_options, folder, o
     split, name = task
     with storage.open(os.path.join(folder, PLAN_FOLDER, name + ".json")) as f:
         records = [sources.ExampleRecord(**fields) for fields in json.load(f)]
+    shard = (name, records)
     tally = export.encode_shard(
-        problem_name, feature_spec, export_options, on_invalid, folder, split, (name, records)
+        problem_name, feature_spec, export_options, on_invalid, folder, split, shard
+    )
+    # A Beam worker may run TensorFlow: it checks its own shard, as the
+    # exporting process does for the local writers.
+    tally = export.check_shard(
+        problem_name, feature_spec, export_options, on_invalid, folder, split, shard, tally
     )
     writer = f"{socket.gethostname()}:{os.getpid()}"
     with storage.open(os.path.join(folder, TALLY_FOLDER, name + ".json"), "w") as f:

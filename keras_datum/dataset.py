@@ -172,6 +172,7 @@ def _export_options(image_size, validation_split, seed, follow_links, problem,
         # One shard file per training worker at least, so that each reads
         # its own (see `_split`).
         "min_shards": min_shards,
+        "validation": encode_lib.VALIDATION_VERSION,
     }
 
 

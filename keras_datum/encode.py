@@ -29,8 +29,8 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import simplejpeg
 from PIL import Image
-from PIL import ImageOps
 
 from keras_datum import storage
 
@@ -39,6 +39,10 @@ try:
 except ImportError:  # No wheel for this platform: Pillow decodes every PNG.
     pyspng = None
 
+# The rules by which the export validates images, recorded in its options:
+# a cache validated by older rules is exported again, once, by itself.
+# 2: every stored image decodes with TensorFlow's decoders (`decodable`).
+VALIDATION_VERSION = 2
 # Re-encoded JPEGs: high enough that re-encoding is not a visible loss.
 JPEG_QUALITY = 95
 # An image is shrunk to `max_side` only when its longer side is more than
@@ -59,6 +63,26 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _SIMPLE_PNG_CHANNELS = {0: 1, 2: 3}
 # Chunks that change no pixel (Pillow, libspng and TensorFlow all ignore
 # them). A PNG with any other (transparency, EXIF, animation) goes to Pillow.
+# The critical chunks libpng knows; it refuses a PNG with any other.
+_CRITICAL_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
+# Samples per pixel of each PNG colour type.
+_PNG_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+# Adam7's passes: (first column, first row, column step, row step).
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
+          (1, 0, 2, 2), (0, 1, 1, 2))
+# JPEG coding processes (SOF markers) that TensorFlow's libjpeg decodes:
+# baseline, extended and progressive Huffman. The others (lossless, and the
+# arithmetic-coded ones) are decoded by Pillow and stored as PNG.
+_TF_JPEG_PROCESSES = frozenset({0xC0, 0xC1, 0xC2})
+_LOSSLESS_JPEG_PROCESSES = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
+# What turns an image with each EXIF orientation upright (as
+# `ImageOps.exif_transpose`, for images decoded by simplejpeg too).
+_TRANSPOSES = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 _PIXEL_NEUTRAL_CHUNKS = frozenset(
     {b"IHDR", b"IDAT", b"IEND", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs",
      b"tEXt", b"zTXt", b"iTXt", b"tIME", b"bKGD"}
@@ -156,6 +180,13 @@ def _png_header(data):
             )
         # A chunk type starting with an upper-case letter is critical.
         critical = chunk_type[0] < 0x61
+        if critical and chunk_type not in _CRITICAL_CHUNKS:
+            # The PNG standard tells decoders to refuse a critical chunk they
+            # do not know, and libpng does ("Failed to initialize decoder").
+            raise InvalidImageError(
+                f"PNG with an unknown critical chunk {chunk_type.decode('latin-1')!r} "
+                "(TensorFlow's decoder refuses it)"
+            )
         if critical and zlib.crc32(view[position + 4 : after - 4]) != struct.unpack_from(
             ">I", data, after - 4
         )[0]:
@@ -196,15 +227,73 @@ def _small_png(data, png, max_side):
         or _over_cap(png.width, png.height, max_side)
     ):
         return None
+    check_png_stream(png)
     try:
-        rows = zlib.decompress(b"".join(png.image_data))
-        if len(rows) != png.height * (1 + png.width * channels):
-            return None  # Let Pillow judge a stream of the wrong length.
         pixels = pyspng.load(data)
-    except Exception as e:  # zlib.error, and pyspng's RuntimeError for bad data.
+    except Exception as e:  # pyspng's RuntimeError for bad data.
         raise InvalidImageError(f"not a decodable image ({type(e).__name__}: {e})") from e
     size = (png.height, png.width)
     return EncodedImage(data, "png", *size, size, pixels.tobytes(), channels)
+
+
+def _png_row_bytes(png):
+    """The length of each row of the image data, filter byte included, in
+    stream order (Adam7's passes one after the other when interlaced)."""
+    bits = _PNG_SAMPLES.get(png.color_type, 0) * png.bit_depth
+    if not bits:
+        raise InvalidImageError(f"not a decodable image (PNG colour type {png.color_type})")
+    passes = _ADAM7 if png.interlace else ((0, 0, 1, 1),)
+    rows = []
+    for left, top, step_x, step_y in passes:
+        width = max(0, -(-(png.width - left) // step_x))
+        height = max(0, -(-(png.height - top) // step_y))
+        if width and height:  # An empty pass has no rows, not even filter bytes.
+            rows += [1 + (width * bits + 7) // 8] * height
+    return rows
+
+
+def check_png_stream(png):
+    """Checks a PNG's image data as libpng reads it: one zlib stream with a
+    right checksum, exactly the image's rows, each with a known filter type.
+
+    Pillow fills in rows missing from a short stream, and TensorFlow's
+    decoder refuses such a file; libspng skips the checksum. With this
+    check, the rows are what any decoder reads.
+
+    Raises:
+        InvalidImageError: the image data is damaged, short or too long.
+    """
+    try:
+        stream = zlib.decompress(b"".join(png.image_data))
+    except zlib.error as e:
+        raise InvalidImageError(f"damaged PNG (its image data: {e})") from e
+    rows = _png_row_bytes(png)
+    if len(stream) != sum(rows):
+        raise InvalidImageError(
+            f"damaged PNG (its image data holds {len(stream)} bytes, its "
+            f"{png.width}x{png.height} pixels need {sum(rows)})"
+        )
+    starts = np.cumsum([0] + rows[:-1])
+    if len(starts) and np.frombuffer(stream, np.uint8)[starts].max() > 4:
+        raise InvalidImageError("damaged PNG (a row has an unknown filter type)")
+
+
+def _jpeg_process(data):
+    """The SOF marker of a JPEG (0xC0 for baseline), or `None` if the
+    markers end before one: Pillow then says what is wrong."""
+    position = 2
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return None
+        marker = data[position + 1]
+        if marker == 0xFF:  # Fill byte.
+            position += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return marker
+        length = int.from_bytes(data[position + 2 : position + 4], "big")
+        position += 2 + length
+    return None
 
 
 def min_short_side(max_side):
@@ -237,11 +326,14 @@ def _upright_size(image, orientation):
 def encode_image(path, max_side=None):
     """Reads, validates and, where needed, converts one image file.
 
-    JPEGs that are kept as they are are decoded at 1/8 scale (DCT scaling):
-    every entropy-coded block is still read and checked, so a truncated or
-    corrupt file is caught, at a fraction of the cost of a full decode.
-    PNGs get libpng's checks first (`_png_header`), and small plain ones are
-    decoded by libspng (`_small_png`).
+    A file stored as it is (a JPEG, a PNG) is not decoded here: the export
+    decodes every such image with TensorFlow's own decoders once its shard
+    is written (`decodable.undecodable_records`), since those are what the
+    read path uses, and they refuse files that Pillow reads (a marker inside
+    a JPEG's scan data, a PNG with rows missing). Small PNGs, whose raw
+    pixels are stored too, are decoded here instead, and their image data is
+    checked as libpng checks it (`check_png_stream`); TensorFlow then need
+    not decode them. Converted images are decoded by Pillow.
 
     Args:
         path: the image file.
@@ -265,60 +357,150 @@ def encode_image(path, max_side=None):
         raise InvalidImageError(f"cannot read file: {e.strerror or e}") from e
     if not data:
         raise InvalidImageError("empty file (0 bytes)")
+    png = None
     if data.startswith(_PNG_SIGNATURE):
         png = _png_header(data)
         small = _small_png(data, png, max_side)
         if small is not None:
             return small
     try:
-        image = Image.open(io.BytesIO(data))
-        source_format = image.format
-        # Reading EXIF costs as much as decoding a tiny PNG; PNGs without an
-        # eXIf chunk (nearly all) have no orientation to apply.
-        has_exif = source_format != "PNG" or "exif" in image.info
-        orientation = image.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
-        source_size = _upright_size(image, orientation)
-        width, height = image.size
-        # Images only a little over the cap keep their bytes: re-encoding
-        # costs more at export than the slightly larger decode costs later.
-        too_big = _over_cap(width, height, max_side)
-        keep = orientation in (1, None) and not too_big and (
-            source_format == "PNG"
-            or (source_format == "JPEG" and image.mode in ("L", "RGB"))
-        )
-        if source_format == "JPEG":
-            if keep:
-                image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
-            elif too_big:
-                scale = _cap_scale(width, height, max_side)
-                image.draft(image.mode, (int(width * scale) + 1, int(height * scale) + 1))
-        image.load()  # Decodes every block: this is the validation.
+        opened = _open(data, png, max_side)
     except Image.DecompressionBombError as e:
         raise InvalidImageError(f"decompression bomb refused: {e}") from e
     except Image.UnidentifiedImageError as e:
         raise InvalidImageError("not an image file (unknown format)") from e
+    except InvalidImageError:
+        raise
     except Exception as e:  # Pillow raises many types for bad data.
         raise InvalidImageError(
             f"not a decodable image ({type(e).__name__}: {e})"
         ) from e
+    if opened.keep:
+        return _kept(data, opened, png)
+    return _converted(opened, max_side)
 
-    if keep:
-        fmt = source_format.lower()
-        raw = _raw_pixels(image) if fmt == "png" else (b"", 0)
-        return EncodedImage(data, fmt, height, width, source_size, *raw)
-    upright = ImageOps.exif_transpose(image)
-    if source_format == "JPEG":
+
+@dataclass
+class _Opened:
+    """A source image opened by Pillow, and what the export does with it."""
+
+    image: Image.Image
+    format: str  # Pillow's: "JPEG", "PNG", "WEBP", ...
+    source_size: tuple  # (height, width), upright.
+    orientation: int  # EXIF's (1: upright).
+    keep: bool  # Stored as it is.
+    too_big: bool  # Over the cap: shrunk.
+    lossless: bool  # A lossless JPEG: converted to PNG.
+
+
+def _open(data, png, max_side):
+    """Opens `data` with Pillow and decodes it where the export needs its
+    pixels: to convert it, or for the raw pixels of a small PNG."""
+    image = Image.open(io.BytesIO(data))
+    source_format = image.format
+    # Reading EXIF costs as much as decoding a tiny PNG; PNGs without an
+    # eXIf chunk (nearly all) have no orientation to apply.
+    has_exif = source_format != "PNG" or "exif" in image.info
+    orientation = image.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
+    width, height = image.size
+    process = _jpeg_process(data) if source_format == "JPEG" else None
+    # Images only a little over the cap keep their bytes: re-encoding
+    # costs more at export than the slightly larger decode costs later.
+    too_big = _over_cap(width, height, max_side)
+    keep = orientation in (1, None) and not too_big and (
+        source_format == "PNG"
+        or (source_format == "JPEG" and image.mode in ("L", "RGB")
+            and process in _TF_JPEG_PROCESSES)
+    )
+    source_size = _upright_size(image, orientation)
+    lossless = process in _LOSSLESS_JPEG_PROCESSES
+    if source_format == "JPEG" and not keep and not lossless:
+        image = _strict_jpeg(data, image, too_big and _cap_scale(width, height, max_side))
+    elif not keep or (png is not None and _raw_sized(image)):
+        image.load()  # Decodes every block: this is Pillow's validation.
+    return _Opened(image, source_format, source_size, orientation, keep, too_big, lossless)
+
+
+def _draft_scale(width, height, requested):
+    """The DCT scale (1, 2, 4 or 8) Pillow's `draft` decodes a JPEG at for
+    a `requested` (width, height): the largest that keeps it at least that big."""
+    ratio = min(width // requested[0], height // requested[1])
+    return next(scale for scale in (8, 4, 2, 1) if ratio >= scale)
+
+
+def _strict_jpeg(data, image, cap_scale):
+    """Decodes a JPEG the export converts (over the cap, turned upright, or
+    CMYK), refusing one that libjpeg warns about.
+
+    Pillow ignores libjpeg's warnings ("Corrupt JPEG data: premature end of
+    data segment"): it would store a damaged image, its missing blocks
+    filled in, as a clean one. simplejpeg's strict decode (the same
+    libjpeg-turbo) raises on them. Gray and RGB JPEGs are decoded by it at
+    the scale Pillow's `draft` would choose (the same pixels: both are
+    libjpeg-turbo's default decoder); CMYK ones are checked by it at 1/8
+    scale, then decoded by Pillow, which converts CMYK as Photoshop writes it.
+    """
+    width, height = image.size
+    scale = 1
+    if cap_scale:
+        scale = _draft_scale(width, height, (int(width * cap_scale) + 1,
+                                             int(height * cap_scale) + 1))
+    plain = image.mode in ("L", "RGB")
+    try:
+        pixels = simplejpeg.decode_jpeg(
+            data,
+            colorspace={"L": "GRAY", "RGB": "RGB"}.get(image.mode, "CMYK"),
+            min_width=-(-width // scale) if plain else 0,
+            min_height=-(-height // scale) if plain else 0,
+            min_factor=1 if plain else 8,
+            strict=True,
+        )
+    except ValueError as e:
+        raise InvalidImageError(f"damaged JPEG (libjpeg: {e})") from e
+    if not plain:
+        if scale > 1:
+            image.draft(image.mode, (-(-width // scale), -(-height // scale)))
+        image.load()
+        return image
+    return Image.fromarray(pixels[..., 0] if image.mode == "L" else pixels, image.mode)
+
+
+def _raw_sized(image):
+    return image.width * image.height <= RAW_MAX_PIXELS
+
+
+def _kept(data, opened, png):
+    """The `EncodedImage` of a file stored as it is."""
+    image = opened.image
+    raw = (b"", 0)
+    if png is not None:
+        raw = _raw_pixels(image)
+        if raw[1]:  # TensorFlow will not decode it at export: libpng's checks here.
+            check_png_stream(png)
+    return EncodedImage(data, opened.format.lower(), image.height, image.width,
+                        opened.source_size, *raw)
+
+
+def _converted(opened, max_side):
+    """The `EncodedImage` of a file converted (turned upright, shrunk to the
+    cap, or in a format TensorFlow does not read)."""
+    image, source_size = opened.image, opened.source_size
+    upright = image
+    if opened.orientation in _TRANSPOSES:
+        upright = image.transpose(_TRANSPOSES[opened.orientation])
+    jpeg = opened.format == "JPEG" and not opened.lossless
+    if opened.format == "JPEG":
         upright = upright.convert("L" if upright.mode == "L" else "RGB")
     else:
         upright = _to_storable(upright)
-    if too_big:
+    if opened.too_big:
         if upright.mode in ("P", "1"):
             upright = upright.convert("RGBA" if "transparency" in upright.info else "RGB")
         # From the source's size: a JPEG was decoded at a reduced size (draft).
-        scale = _cap_scale(width, height, max_side)
+        scale = _cap_scale(source_size[1], source_size[0], max_side)
         size = (max(1, round(source_size[1] * scale)), max(1, round(source_size[0] * scale)))
         upright = upright.resize(size, Image.Resampling.BICUBIC, reducing_gap=2.0)
-    fmt = "jpeg" if source_format == "JPEG" else "png"
+    fmt = "jpeg" if jpeg else "png"
     raw = _raw_pixels(upright) if fmt == "png" else (b"", 0)
     return EncodedImage(
         _save(upright, fmt), fmt, upright.height, upright.width, source_size, *raw

@@ -31,6 +31,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from keras_datum import cache
+from keras_datum import decodable
 from keras_datum import encode
 from keras_datum import notices
 from keras_datum import problems
@@ -161,12 +162,17 @@ def example_encoder(feature_spec):
     return record_files.ExampleEncoder({name: s["dtype"] for name, s in spec.items()})
 
 
-def encode_example(problem_name, options, encoder, record):
+def encode_example(problem_name, options, encoder, record, refused=None):
     """Reads, validates and serializes one record (in a thread or a process).
+
+    `refused` maps source files that TensorFlow's decoders refused in an
+    earlier write of the shard (see `check_shard`) to the reason.
 
     Returns:
         `(serialized example, stats)`, or `(InvalidExampleError, None)`.
     """
+    if refused and record.relpath in refused:
+        return encode.InvalidImageError(refused[record.relpath]), None
     problem = problems.get(problem_name)
     try:
         features, stats = problem.encode(record, options)
@@ -176,19 +182,52 @@ def encode_example(problem_name, options, encoder, record):
     return encoder(features), stats
 
 
-def encode_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard):
+def encode_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard,
+                 refused=None):
     """Reads, validates and writes one whole shard; returns its `SplitStats`.
 
     What an export worker process (or a Beam worker) does with a shard of
-    the plan: `shard` is `(file name, records in write order)`.
+    the plan: `shard` is `(file name, records in write order)`. Its images
+    still need TensorFlow's check (`check_shard`), which a forked worker
+    cannot make.
     """
     name, members = shard
     encode_one = functools.partial(
-        encode_example, problem_name, export_options, example_encoder(feature_spec)
+        encode_example, problem_name, export_options, example_encoder(feature_spec),
+        refused=refused,
     )
     return write_shard(
         storage.join(folder, name), split, members, map(encode_one, members), on_invalid
     )
+
+
+# Writes of one shard: the first, and again without what TensorFlow refused
+# (a deterministic write refuses nothing more the second time).
+_MAX_WRITES = 3
+
+
+def check_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard,
+                tally):
+    """TensorFlow's check of a written shard (see `decodable`): a shard
+    holding images that TensorFlow's decoders refuse is written again
+    without them, and they are reported as invalid (or, with
+    `on_invalid="raise"`, raise naming the file).
+
+    Returns:
+        The shard's `SplitStats`: `tally` when every image decodes.
+    """
+    if "image" not in feature_spec:
+        return tally  # Text: nothing to decode.
+    refused = {}
+    path = storage.join(folder, shard[0])
+    for _ in range(_MAX_WRITES):
+        found = decodable.undecodable_records(path, tally.num_examples)
+        if not found:
+            return tally
+        refused.update(found)
+        tally = encode_shard(problem_name, feature_spec, export_options, on_invalid, folder,
+                             split, shard, refused)
+    raise RuntimeError(f"{path}: TensorFlow refused its images again after {_MAX_WRITES} writes.")
 
 
 class SplitStats:
@@ -412,7 +451,11 @@ def _write_in_processes(problem, spec, export_options, plans, folder, on_invalid
     with pool:
         # In plan order; an invalid file with on_invalid="raise" raises here,
         # and leaving the block stops the other workers at once.
-        for (split, _), tally in zip(tasks, pool.imap(write, tasks)):
+        for (split, shard), tally in zip(tasks, pool.imap(write, tasks)):
+            # TensorFlow's check, here in the parent, while the workers
+            # write the next shards.
+            tally = check_shard(problem.NAME, spec, export_options, on_invalid, folder, split,
+                                shard, tally)
             progress.update(tally.num_examples + len(tally.invalid))
             tallies[split].append(tally)
     return tallies
@@ -440,11 +483,12 @@ def _write_in_threads(problem, spec, export_options, plans, folder, on_invalid, 
         results = _ordered_map(encode_one, ordered, workers)
         try:
             tallies[split] = [
-                write_shard(
-                    storage.join(folder, name), split, members, results, on_invalid,
-                    lambda: progress.update(1),
+                check_shard(
+                    problem.NAME, spec, export_options, on_invalid, folder, split, shard,
+                    write_shard(storage.join(folder, shard[0]), split, shard[1], results,
+                                on_invalid, lambda: progress.update(1)),
                 )
-                for name, members in shards
+                for shard in shards
             ]
         finally:
             results.close()  # Stops the workers at once when the export fails.

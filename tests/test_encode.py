@@ -14,7 +14,19 @@ from helpers import read_split
 
 from keras_datum import DatumDataset
 from keras_datum import InvalidImageError
+from keras_datum import decodable
 from keras_datum.encode import encode_image
+
+
+def _validated(path, max_side=None):
+    """What the export does with one file: `encode_image`, then TensorFlow's
+    check of the stored bytes (`decodable`), which it makes once the shard
+    is written."""
+    encoded = encode_image(path, max_side)
+    reason = decodable.image_refusal(encoded.data, encoded.format, encoded.pixels)
+    if reason:
+        raise InvalidImageError(reason)
+    return encoded
 
 
 def _decode(encoded, channels=0):
@@ -103,7 +115,7 @@ def test_png_modes_decode_in_tensorflow(tmp_path, mode):
     [
         ("empty.jpg", b"", "empty file"),
         ("text.jpg", b"this is not a jpeg", "not an image file"),
-        ("truncated.jpg", "truncated", "not a decodable image"),
+        ("truncated.jpg", "truncated", "decoder refuses it"),
     ],
 )
 def test_bad_files_are_invalid_with_a_reason(tmp_path, name, content, reason):
@@ -114,7 +126,7 @@ def test_bad_files_are_invalid_with_a_reason(tmp_path, name, content, reason):
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(InvalidImageError, match=reason):
-        encode_image(str(path))
+        _validated(str(path))
 
 
 def test_decompression_bomb_is_refused(tmp_path, monkeypatch):
@@ -382,8 +394,8 @@ def test_pngs_that_tensorflow_cannot_decode_are_invalid(tmp_path, monkeypatch, h
         tf.io.decode_png(bad)
     path = tmp_path / "bad.png"
     path.write_bytes(bad)
-    with pytest.raises(InvalidImageError, match="PNG|not a decodable image"):
-        encode_image(str(path))
+    with pytest.raises(InvalidImageError, match="PNG|not a decodable image|decoder refuses"):
+        _validated(str(path))
 
 
 def test_a_png_with_a_damaged_text_chunk_stays_valid_as_in_tensorflow(tmp_path):

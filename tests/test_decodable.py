@@ -1,0 +1,226 @@
+"""What the export keeps, the reader decodes: files that Pillow reads and
+TensorFlow refuses are reported at export, never met in an epoch."""
+
+import io
+import json
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import fit_one_epoch
+from PIL import Image
+
+from keras_datum import DatumDataset
+from keras_datum import InvalidImageError
+
+
+def _photo(size=(240, 320), seed=0):
+    """A photo-like RGB array: a gradient with noise (entropy data to damage)."""
+    rng = np.random.default_rng(seed)
+    height, width = size
+    ramp = np.linspace(0, 255, height * width * 3).reshape(height, width, 3)
+    return (ramp + rng.normal(0, 30, ramp.shape)).clip(0, 255).astype(np.uint8)
+
+
+def _jpeg(pixels, **kwargs):
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90, **kwargs)
+    return buffer.getvalue()
+
+
+def _png(pixels):
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _chunk(kind, data):
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def _png_missing_last_row(pixels):
+    """A PNG whose image data holds every row but the last, checksums right."""
+    height, width, channels = pixels.shape
+    color_type = {1: 0, 3: 2, 4: 6}[channels]
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
+    rows = b"".join(b"\x00" + pixels[y].tobytes() for y in range(height - 1))
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header)
+            + _chunk(b"IDAT", zlib.compress(rows)) + _chunk(b"IEND", b""))
+
+
+def _png_with_critical_chunk(pixels):
+    """A valid PNG with an unknown critical chunk (valid CRC) before IDAT."""
+    data = _png(pixels)
+    at = data.index(b"IDAT") - 4
+    return data[:at] + _chunk(b"XYZW", b"\x00\x01") + data[at:]
+
+
+def _marker_in_scan(data):
+    """`data` with `FF E1` in the middle of its entropy-coded data."""
+    scan = data.index(b"\xff\xda")
+    start = scan + 2 + int.from_bytes(data[scan + 2 : scan + 4], "big")
+    middle = (start + len(data)) // 2
+    return data[:middle] + b"\xff\xe1" + data[middle + 2:]
+
+
+def _refuses(data):
+    try:
+        tf.io.decode_image(data, expand_animations=False)
+    except tf.errors.InvalidArgumentError:
+        return True
+    return False
+
+
+def _dataset(root, files, **kwargs):
+    """Two class folders of good JPEGs, plus `files` ({name: bytes}) in `a/`."""
+    for name in ("a", "b"):
+        os.makedirs(root / name, exist_ok=True)
+        for i in range(4):
+            (root / name / f"good{i}.jpg").write_bytes(_jpeg(_photo(seed=i)))
+    for name, data in files.items():
+        (root / "a" / name).write_bytes(data)
+    kwargs = {"image_size": (224, 224), "batch_size": 4, **kwargs}
+    return DatumDataset(str(root), cache_dir=str(root) + ".cache", verbose=False, **kwargs)
+
+
+def _report(ds):
+    ds.num_examples  # Exports, on first use.
+    with open(os.path.join(ds.cache_dir, "invalid_files.json")) as f:
+        return {entry["file"]: entry["reason"] for entry in json.load(f)}
+
+
+def _read_all(ds):
+    """Examples the read path yields from train and val (decoding each)."""
+    return sum(
+        int(x.shape[0])
+        for dataset in (ds.train(shuffle=False), ds.val())
+        for x, _ in dataset
+    )
+
+
+@pytest.fixture
+def hostile_files():
+    photo = _photo()
+    files = {
+        "marker.jpg": _marker_in_scan(_jpeg(photo)),
+        "missing_row_rgb.png": _png_missing_last_row(_photo((80, 80))),
+        "missing_row_rgba.png": _png_missing_last_row(
+            np.dstack([_photo((32, 32)), np.full((32, 32), 200, np.uint8)])
+        ),
+        "critical_chunk.png": _png_with_critical_chunk(_photo((40, 40))),
+    }
+    for name, data in files.items():
+        # Each is a file TensorFlow's decoder refuses and Pillow reads.
+        assert _refuses(data), name
+        if name != "critical_chunk.png":
+            Image.open(io.BytesIO(data)).load()
+    return files
+
+
+def test_files_tensorflow_refuses_are_reported_at_export_and_never_read(tmp_path,
+                                                                         hostile_files):
+    ds = _dataset(tmp_path / "src", hostile_files)
+    report = _report(ds)
+    assert {f"a/{name}" for name in hostile_files} == set(report)
+    assert "TensorFlow's decoder refuses it" in report["a/marker.jpg"]
+    assert "missing_row" not in " ".join(ds.file_paths("train") + ds.file_paths("val"))
+    assert sum(ds.num_examples.values()) == 8
+    assert _read_all(ds) == 8
+
+
+def test_a_file_tensorflow_refuses_raises_naming_it_with_on_invalid_raise(tmp_path):
+    bad = _marker_in_scan(_jpeg(_photo()))
+    with pytest.raises(InvalidImageError, match=r"marker\.jpg.*TensorFlow's decoder refuses"):
+        _dataset(tmp_path / "src", {"marker.jpg": bad}, on_invalid="raise").num_examples
+    assert not os.path.exists(str(tmp_path / "src") + ".cache")
+
+
+def test_a_damaged_jpeg_that_the_size_cap_converts_is_left_out(tmp_path):
+    # Shrunk at export (over the cap): Pillow would decode it, its missing
+    # blocks filled in, and store it as a clean image.
+    bad = _marker_in_scan(_jpeg(_photo()))
+    ds = _dataset(tmp_path / "src", {"marker.jpg": bad}, image_size=(32, 32))
+    assert "libjpeg" in _report(ds)["a/marker.jpg"]
+    assert _read_all(ds) == 8
+
+
+def test_a_lossless_jpeg_one_pixel_high_is_stored_as_png(tmp_path):
+    imagecodecs = pytest.importorskip("imagecodecs")
+    row = (np.arange(40, dtype=np.uint8) * 5).reshape(1, 40)
+    data = imagecodecs.jpeg8_encode(row, lossless=True)
+    assert _refuses(data)  # TensorFlow's libjpeg has no lossless process.
+    ds = _dataset(tmp_path / "src", {"lossless.jpg": data}, image_size=(1, 40),
+                  color_mode="grayscale", max_image_side=None)
+    assert _report(ds) == {}
+    path = str(tmp_path / "src" / "a" / "lossless.jpg")
+    split = "train" if path in ds.file_paths("train") else "val"
+    index = ds.file_paths(split).index(path)
+    reader = ds.train(shuffle=False) if split == "train" else ds.val()
+    images = np.concatenate([x.numpy() for x, _ in reader])
+    np.testing.assert_array_equal(images[index, ..., 0], row.astype(np.float32))
+
+
+def test_a_cache_validated_by_older_rules_is_exported_again(tmp_path):
+    ds = _dataset(tmp_path / "src", {})
+    ds.num_examples  # Exports.
+    path = os.path.join(ds.cache_dir, "metadata.json")
+    with open(path) as f:
+        meta = json.load(f)
+    del meta["export_options"]["validation"]
+    meta["created"] = "2000-01-01T00:00:00+00:00"
+    with open(path, "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+    again = _dataset(tmp_path / "src", {})
+    assert again.num_examples == ds.num_examples
+    with open(path) as f:
+        meta = json.load(f)
+    assert meta["export_options"]["validation"] == 2
+    assert meta["created"] != "2000-01-01T00:00:00+00:00"
+
+
+def _mutants(count, seed=0):
+    """Mutated JPEGs (baseline, progressive) and PNGs (with and without raw
+    pixels): one byte set to 0xFF, a byte flipped, or the file cut."""
+    rng = np.random.default_rng(seed)
+    sources = [
+        ("jpg", _jpeg(_photo())), ("jpg", _jpeg(_photo(seed=1), progressive=True)),
+        ("png", _png(_photo((80, 80)))), ("png", _png(_photo((32, 32)))),
+    ]
+    files = {}
+    for i in range(count):
+        ext, data = sources[i % len(sources)]
+        data = bytearray(data)
+        at = int(rng.integers(20, len(data)))
+        kind = i // len(sources) % 3
+        if kind == 0:
+            data[at] = 0xFF
+        elif kind == 1:
+            data[at] ^= 1 << int(rng.integers(8))
+        else:
+            data = data[:at]
+        files[f"m{i:04d}.{ext}"] = bytes(data)
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"image_size": (224, 224)},  # Kept; decoded whole on reading.
+        {"image_size": (64, 64), "max_image_side": None},  # Kept; JPEGs read at half scale.
+        {"image_size": (32, 32)},  # JPEGs over the cap, converted.
+    ],
+)
+def test_every_mutated_file_is_reported_at_export_or_read_and_trained_on(tmp_path, options):
+    files = _mutants(240)
+    ds = _dataset(tmp_path / "src", files, **options)
+    report = _report(ds)
+    kept = sum(ds.num_examples.values())
+    assert len(report) + kept == len(files) + 8
+    assert 0 < len(report) < len(files)
+    assert _read_all(ds) == kept  # The read path decodes every kept file.
+    fit_one_epoch(ds, (*options["image_size"], 3))
