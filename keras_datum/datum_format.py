@@ -34,9 +34,9 @@ into the folder; what has to be counted (the classes) is kept in memory.
 
 import datetime
 import hashlib
+import math
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from keras_datum import cache
@@ -63,6 +63,9 @@ _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32}
 SCAN_BATCH = 256
 # Class counts already taken in this process, by export fingerprint and column.
 _SCANNED = {}
+# Counts and shapes are int64 in TensorFlow; a larger number in a JSON file
+# fits no tensor.
+_COUNT_LIMIT = 2**63
 
 
 def is_export(folder):
@@ -110,7 +113,7 @@ def _read_json(path, expected):
 
 
 def _is_count(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _COUNT_LIMIT
 
 
 def read_splits(folder):
@@ -163,7 +166,8 @@ def read_mapping(folder):
 
     Raises:
         ValueError: malformed JSON, or an entry without a known type and a
-            shape list; names the file and the feature.
+            shape list of sizes (integers >= 0 that fit int64); names the
+            file and the feature.
     """
     path = os.path.join(folder, MAPPING_FILE)
     mapping = _read_json(path, "an object {feature: {type, shape, dense}}")
@@ -172,10 +176,13 @@ def read_mapping(folder):
             not isinstance(entry, dict)
             or entry.get("type") not in ("int", "float", "string")
             or not isinstance(entry.get("shape"), list)
+            or not all(_is_count(size) for size in entry["shape"])
+            or not _is_count(math.prod(entry["shape"]))
         ):
             raise ValueError(
                 f"{path}: feature {name!r} needs a type ('int', 'float' or "
-                f"'string') and a shape list. Received: {entry!r:.200}"
+                "'string') and a shape list of sizes (integers >= 0, below "
+                f"2**63 in all). Received: {entry!r:.200}"
             )
     return mapping
 
@@ -239,7 +246,7 @@ def _layout(folder, mapping, problem):
 def _regression_size(mapping, columns):
     # Regression targets have one length in every example; the recorded shape
     # gives it, and each example is checked against it when read.
-    return sum(int(np.prod(mapping[c]["shape"])) if mapping[c]["shape"] else 1 for c in columns)
+    return sum(math.prod(mapping[c]["shape"]) for c in columns)
 
 
 # --- Counting classes ----------------------------------------------------------
@@ -263,8 +270,9 @@ def scan_labels(folder, splits, column, dtype):
 
     Returns:
         `{"min": ..., "max": ..., "min_count": ..., "max_count": ...,
-        "min_file": shard holding the smallest value}` (min and max are None
-        when the feature holds no values at all).
+        "min_file": ..., "max_file": ...}` (min and max are None when the
+        feature holds no values at all; the files are the shards holding
+        them).
     """
     files = sorted(
         {s["file"] for info in splits.values() for s in info["shards"] if s["num_examples"]}
@@ -290,7 +298,8 @@ def scan_labels(folder, splits, column, dtype):
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=False,
     )
-    out = {"min": None, "max": None, "min_count": None, "max_count": 0, "min_file": None}
+    out = {"min": None, "max": None, "min_count": None, "max_count": 0, "min_file": None,
+           "max_file": None}
     for path, values, counts in dataset.as_numpy_iterator():
         if counts.size:
             low = int(counts.min())
@@ -300,7 +309,8 @@ def scan_labels(folder, splits, column, dtype):
             low, high = values.min().item(), values.max().item()
             if out["min"] is None or low < out["min"]:
                 out["min"], out["min_file"] = low, path.decode()
-            out["max"] = high if out["max"] is None else max(out["max"], high)
+            if out["max"] is None or high > out["max"]:
+                out["max"], out["max_file"] = high, path.decode()
     return out
 
 
@@ -338,7 +348,7 @@ def _class_names(folder, splits, digest, kind, column, dtype, class_names, verbo
                 f"numbers classes from {FIRST_DETECTION_LABEL} (line n of classes.names "
                 "is label n). Pass class_names= to read it anyway."
             )
-        count = int(high) if high is not None else 0
+        count = _class_count(found, splits, column, high, high)
         return [str(i) for i in range(FIRST_DETECTION_LABEL, count + 1)], kind
     if low is not None and low < 0:
         raise ValueError(
@@ -348,8 +358,29 @@ def _class_names(folder, splits, digest, kind, column, dtype, class_names, verbo
     if kind == "class" and found["max_count"] > 1:
         # The mapping's scalar was only the last example's: some hold lists.
         kind = "multi_label"
-    count = int(high) + 1 if high is not None else 0
+    count = _class_count(found, splits, column, high, high + 1 if high is not None else 0)
     return [str(i) for i in range(count)], kind
+
+
+def _class_count(found, splits, column, high, count):
+    """`count` classes, checked before their names are built.
+
+    Raises:
+        ValueError: `count` is above both the number of examples and
+            `classification.MAX_CLASSES` (an id taken for a label); names
+            the shard holding the largest label.
+    """
+    if high is None:
+        return 0
+    examples = sum(info["num_examples"] for info in splits.values())
+    if count > max(examples, classification.MAX_CLASSES):
+        raise ValueError(
+            f"{found['max_file']}: the label column {column!r} holds {high}, which "
+            f"would make {count} classes, more than the {examples} examples and "
+            f"the limit of {classification.MAX_CLASSES}: is it an id rather than "
+            f"a class label? Received: {high}"
+        )
+    return int(count)
 
 
 # --- The metadata ------------------------------------------------------------

@@ -5,7 +5,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import make_class_folders
 from conftest import random_image
+from helpers import read_split
 from helpers import unbatched
 
 from keras_datum import DatumDataset
@@ -291,3 +293,48 @@ def test_a_class_folder_named_in_another_encoding_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"The class name b'caf\\xe9' in .* is not valid UTF-8 .*'café'"):
         ds.export()
     assert not cache_dir.exists()
+
+
+def _real_paths(ds, splits):
+    return [os.path.realpath(p) for split in splits for p in ds.file_paths(split)]
+
+
+def test_a_symlink_loop_between_class_folders_lists_each_image_once_under_the_first_class(tmp_path):
+    root = make_class_folders(tmp_path / "src", {"a": 3, "b": 3})
+    os.symlink("../b", os.path.join(root, "a", "to_b"))
+    os.symlink("../a", os.path.join(root, "b", "to_a"))
+    ds = DatumDataset(root, image_size=(8, 8), batch_size=2, follow_links=True, validation_split=0.5,
+                      seed=1, cache_dir=tmp_path / "cache", verbose=False)
+    real = _real_paths(ds, ["train", "val"])
+    images = sorted(os.path.realpath(os.path.join(root, c, f"{i:03d}.png")) for c in "ab" for i in range(3))
+    assert sorted(real) == images
+    assert sum(ds.num_examples.values()) == 6
+    # `a/to_b/` comes before `b/` in Keras's order: b's images are reached first from a.
+    labels = [tuple(label) for split in ("train", "val") for _, label, _ in read_split(ds, split)]
+    assert labels == [(0,)] * 6
+    assert sorted(os.path.relpath(p, root) for s in ("train", "val") for p in ds.file_paths(s)) == [
+        "a/000.png", "a/001.png", "a/002.png", "a/to_b/000.png", "a/to_b/001.png", "a/to_b/002.png",
+    ]
+
+
+def test_split_folders_linked_to_each_other_put_each_image_in_one_split(tmp_path):
+    root = tmp_path / "src"
+    make_class_folders(root / "train", {"a": 2, "b": 2})
+    make_class_folders(root / "val", {"a": 2, "b": 2}, seed=1)
+    os.symlink("../../val/a", root / "train" / "a" / "more")
+    ds = DatumDataset(str(root), image_size=(8, 8), batch_size=2, follow_links=True,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    assert ds.num_examples == {"train": 6, "val": 2}
+    train, val = _real_paths(ds, ["train"]), _real_paths(ds, ["val"])
+    assert len(set(train + val)) == 8
+    assert sorted(os.path.relpath(p, root) for p in ds.file_paths("val")) == ["val/b/000.png", "val/b/001.png"]
+
+
+def test_a_csv_image_reached_from_two_splits_is_refused_with_links_followed(tmp_path):
+    root = make_csv_layout(tmp_path / "src", {"train": [("a", 0), ("b", 1)], "val": [("c", 0)]})
+    os.symlink("../val", os.path.join(root, "train", "more"))
+    with open(os.path.join(root, "train.csv"), "a") as f:
+        f.write("more/c,1\n")
+    with pytest.raises(ValueError, match=r"train/more/c\.png' \(train\) and .*val/c\.png' \(val\) are one file"):
+        DatumDataset(root, image_size=(8, 8), follow_links=True, cache_dir=tmp_path / "cache",
+                     verbose=False).info

@@ -526,3 +526,15 @@ def test_non_finite_boxes_are_dropped_and_an_added_label_file_reexports(tmp_path
         f.write("1 0.5 0.5 0.2 0.2\n")
     again = DatumDataset(root, image_size=(HEIGHT, WIDTH), validation_split=None, verbose=False)
     assert again.info["splits"]["train"]["objects"] == [before[0], before[1] + 1]
+
+
+def test_a_yolo_image_reached_from_two_splits_is_refused_with_links_followed(tmp_path):
+    items = draw_items(6)
+    root = write_yolo(tmp_path / "yolo", {"train": items[:4], "val": items[4:]})
+    os.symlink("../val", os.path.join(root, "images", "train", "more"))
+    with pytest.raises(ValueError, match=r"train/more/img004\.png' \(train\) and .*val/img004\.png' \(val\) are one file"):
+        DatumDataset(root, image_size=(8, 8), follow_links=True, cache_dir=tmp_path / "cache",
+                     verbose=False).info
+    # Without following links, `more/` is not read: nothing is in two splits.
+    ds = DatumDataset(root, image_size=(8, 8), cache_dir=tmp_path / "cache", verbose=False)
+    assert ds.num_examples == {"train": 4, "val": 2}

@@ -11,6 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from keras_datum import DatumDataset
+from keras_datum import datum_format
 from keras_datum.problems import classification
 from keras_datum.problems import detection
 from keras_datum.problems import text
@@ -21,6 +22,12 @@ CASES = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 WORKDIR = tempfile.mkdtemp(prefix="keras_datum_fuzz_")
+# Integers of any size: an id taken for a label, a 400-digit number (no
+# float holds it), the edges of int64.
+any_integer = st.one_of(
+    st.integers(),
+    st.sampled_from([10**400, -(10**400), 2**63, -(2**63) - 1, 2**64, 2000000000]),
+)
 
 
 def _write(name, content):
@@ -32,10 +39,13 @@ def _write(name, content):
 
 
 def _documented(call, path):
+    """`call()`'s result, or None when it raised the documented ValueError
+    naming `path` (any other exception fails the test)."""
     try:
-        call()
+        return call()
     except ValueError as e:
         assert os.path.basename(path) in str(e), str(e)
+        return None
 
 
 xml_text = st.one_of(
@@ -47,7 +57,7 @@ xml_text = st.one_of(
             + "</bndbox></object></annotation>"
         ),
         st.text(max_size=10),
-        st.lists(st.one_of(st.integers(-5, 500).map(str), st.text(max_size=4)), min_size=0, max_size=4),
+        st.lists(st.one_of(st.integers(-5, 500).map(str), any_integer.map(str), st.text(max_size=4)), min_size=0, max_size=4),
         st.text(max_size=20),
     ),
 )
@@ -61,12 +71,12 @@ def test_voc_xml_parser(content):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | any_integer | st.floats() | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
-ids = st.one_of(st.integers(0, 3), st.text(max_size=2), json_values)
-bbox = st.one_of(st.lists(st.one_of(st.integers(-5, 50), st.floats(allow_nan=False), st.booleans()), max_size=5), json_values)
+ids = st.one_of(st.integers(0, 3), any_integer, st.text(max_size=2), json_values)
+bbox = st.one_of(st.lists(st.one_of(st.integers(-5, 50), any_integer, st.floats(), st.booleans()), max_size=5), json_values)
 
 
 def _entries(required, optional):
@@ -90,12 +100,18 @@ coco_like = st.fixed_dictionaries(
 @given(st.one_of(coco_like.map(json.dumps), json_values.map(json.dumps), st.text(max_size=200)))
 def test_coco_json_parser(content):
     path = _write("instances_fuzz.json", content)
-    _documented(lambda: detection.parse_coco_json(path), path)
+    parsed = _documented(lambda: detection.parse_coco_json(path), path)
+    if parsed is not None:
+        # Floats, so that no box arithmetic at export can overflow.
+        assert all(type(v) is float for ann in parsed[1] for v in ann["bbox"])
 
 
 yolo_line = st.one_of(
     st.text(max_size=40),
-    st.lists(st.one_of(st.integers(-3, 5).map(str), st.floats(-1, 2).map(str), st.text(max_size=3)), max_size=6).map(" ".join),
+    st.lists(
+        st.one_of(st.integers(-3, 5).map(str), any_integer.map(str), st.floats(-1, 2).map(str), st.floats().map(str), st.text(max_size=3)),
+        max_size=6,
+    ).map(" ".join),
 )
 
 
@@ -103,7 +119,9 @@ yolo_line = st.one_of(
 @given(st.lists(yolo_line, max_size=5).map("\n".join))
 def test_yolo_label_parser(content):
     path = _write("fuzz.txt", content)
-    _documented(lambda: detection.parse_yolo_labels(path, num_classes=3), path)
+    parsed = _documented(lambda: detection.parse_yolo_labels(path, num_classes=3), path)
+    if parsed is not None:
+        assert all(0 <= c < 3 for c in parsed[1])
 
 
 @CASES
@@ -115,6 +133,9 @@ def test_datum_text_json_parser(content):
 
 csv_cell = st.one_of(
     st.integers(-3, 9).map(str),
+    any_integer.map(str),
+    st.sampled_from(["1e400", "-1e39", "9" * 5000]),
+    st.lists(any_integer, max_size=2).map(lambda v: f'"[{", ".join(map(str, v))}]"'),
     st.floats(-5, 5, allow_nan=False).map(str),
     st.lists(st.integers(0, 4), max_size=3).map(lambda v: f'"[{", ".join(map(str, v))}]"'),
     st.text(alphabet="abc[]0123456789.,;- \"'", max_size=8),
@@ -137,7 +158,39 @@ def test_csv_layout_parser(header, rows, names):
     _write_csv = os.path.join(root, "train.csv")
     with open(_write_csv, "w") as f:
         f.write("\n".join(lines) + "\n")
-    _documented(lambda: classification.find_layout(root), _write_csv)
+    layout = _documented(lambda: classification.find_layout(root), _write_csv)
+    if layout is not None and layout.name == "csv":
+        _assert_labels_fit(layout)
+
+
+def _assert_labels_fit(layout):
+    """Class labels index the class list (of at most MAX_CLASSES, or one a
+    row); regression targets fit float32."""
+    spec = layout.info["label_spec"]
+    labels = [x for r in layout.splits["train"] for x in r.labels.get("label", [])]
+    if spec["type"] in ("class", "multi_label"):
+        assert spec["num_classes"] <= max(classification.MAX_CLASSES, len(layout.splits["train"]))
+        assert all(0 <= x < spec["num_classes"] for x in labels)
+    elif spec["type"] == "regression":
+        assert all(abs(x) <= 3.4028234663852886e38 for x in labels)
+
+
+@settings(CASES, max_examples=200)
+@given(
+    st.dictionaries(
+        st.sampled_from(["image", "label", "xmin"]),
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["int", "float", "string"]), "shape": st.one_of(st.lists(any_integer, max_size=3), json_values)},
+        ),
+        min_size=1,
+    )
+)
+def test_datum_mapping_parser(mapping):
+    folder = tempfile.mkdtemp(dir=WORKDIR)
+    path = os.path.join(folder, datum_format.MAPPING_FILE)
+    with open(path, "w") as f:
+        json.dump(mapping, f)
+    _documented(lambda: datum_format.read_mapping(folder), path)
 
 
 arguments = st.fixed_dictionaries(

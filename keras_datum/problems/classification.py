@@ -27,6 +27,7 @@ Source layouts, tried in this order:
 
 import csv
 import io
+import math
 import os
 import re
 
@@ -43,6 +44,14 @@ NAME = "classification"
 SPLIT_FOLDERS = sources.SPLIT_NAMES
 LABEL_MODES = ("int", "categorical", "binary", None)
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+# Integer labels are classes 0..K-1, K = the largest + 1, and each gets a
+# name. An id column taken for the label (one cell `2000000000`) would build
+# two billion names: 2 GB in seconds. 100,000 is 5x the largest class counts
+# in use (ImageNet-21k has 21,841); K above it is refused unless the CSV has
+# as many rows, the least a dataset of that many classes needs.
+MAX_CLASSES = 100_000
+# Regression targets are stored as float32; a larger value would become inf.
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 # --- Finding examples -------------------------------------------------------
@@ -79,6 +88,10 @@ def find_folder_layout(
             "each class in a subfolder named after the class."
         )
     splits = {}
+    # With links followed, a file two class or split folders reach (a loop
+    # `a/b -> ../b`, `b/a -> ../a`) is listed once, under the first in sorted
+    # order: else it would be two examples, perhaps one in train, one in val.
+    taken = set()
     for split, folder in folders.items():
         extra = sorted(set(sources.visible_subdirs(folder)) - set(class_names))
         if extra:
@@ -86,7 +99,7 @@ def find_folder_layout(
                 f"{folder!r} has class folders that 'train/' lacks: {extra}."
             )
         splits[split] = _class_folder_records(
-            folder, class_names, root, follow_links, formats
+            folder, class_names, root, follow_links, formats, taken
         )
         _check_loose_files(folder, formats, what, bool(splits[split]))
     if not splits["train"]:
@@ -158,11 +171,11 @@ def _check_loose_files(folder, formats, what, has_records):
     notices.warn(f"{message} and are left out.")
 
 
-def _class_folder_records(directory, class_names, root, follow_links, formats):
+def _class_folder_records(directory, class_names, root, follow_links, formats, taken):
     records = []
     for index, name in enumerate(class_names):
         class_dir = os.path.join(directory, name)
-        for path in sources.iter_image_files(class_dir, follow_links, formats):
+        for path in sources.iter_image_files(class_dir, follow_links, formats, taken):
             records.append(
                 ExampleRecord(
                     path=path,
@@ -219,6 +232,10 @@ def _find_csv_layout(root, follow_links):
             )
         columns = split_columns
         rows_by_split[split] = rows
+    sources.refuse_files_in_two_splits(
+        {split: [path for path, _, _ in rows] for split, rows in rows_by_split.items()},
+        follow_links,
+    )
     label_spec, class_names, encode = _infer_labels(columns, rows_by_split)
     splits = {}
     for split, rows in rows_by_split.items():
@@ -307,6 +324,10 @@ def parse_label_cell(text, where):
     """Parses one CSV label cell: an int, a float, a `[list]` of them, or a name.
 
     Never evaluates the text: numbers are matched explicitly.
+
+    Raises:
+        ValueError: a list item that is not a number, an empty cell, or an
+            integer too long for Python to read; names `where`.
     """
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):
@@ -315,19 +336,81 @@ def parse_label_cell(text, where):
         for item in items:
             if not _NUMBER.match(item):
                 raise ValueError(f"{where}: {item!r} in {text!r} is not a number.")
-            values.append(_number(item))
+            values.append(_number(item, where))
         return values
     if _NUMBER.match(text):
-        return _number(text)
+        return _number(text, where)
     if not text:
         raise ValueError(f"{where}: empty label cell.")
     return text
 
 
-def _number(text):
-    if re.fullmatch(r"[+-]?\d+", text):
+def _number(text, where):
+    if not re.fullmatch(r"[+-]?\d+", text):
+        return float(text)  # Too large a float is inf, refused where it matters.
+    try:
         return int(text)
-    return float(text)
+    except ValueError:  # More digits than Python converts (sys.int_info).
+        raise ValueError(
+            f"{where}: the integer {_shown(text)} has {len(text)} digits, too many "
+            "for a label."
+        ) from None
+
+
+def _shown(value, limit=24):
+    """`value` as text, cut to `limit` characters (a label can be 4,000 digits)."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def check_class_labels(labels, num_rows):
+    """Checks class indices before the class list (0..K-1) is built.
+
+    Args:
+        labels: `(label, where)` pairs, `where` naming the file and line.
+        num_rows: how many examples the labels are for.
+
+    Returns:
+        K, the number of classes: the largest label + 1 (0 for no labels).
+
+    Raises:
+        ValueError: a negative label, or K above both `num_rows` and
+            `MAX_CLASSES` (an id column taken for the label); names the
+            file, the line and the value.
+    """
+    largest, largest_where = -1, None
+    for label, where in labels:
+        if label < 0:
+            raise ValueError(f"{where}: class labels must be >= 0. Received: {_shown(label)}")
+        if label > largest:
+            largest, largest_where = label, where
+    if largest + 1 > max(num_rows, MAX_CLASSES):
+        raise ValueError(
+            f"{largest_where}: the class label {_shown(largest)} would make "
+            f"{_shown(largest + 1)} classes (labels are 0..K-1), more than the "
+            f"{num_rows} examples and the limit of {MAX_CLASSES}. Is this column "
+            f"an id rather than a class label? Received: {_shown(largest)}"
+        )
+    return largest + 1
+
+
+def regression_target(value, where):
+    """`value` as the float32 a regression target is stored as.
+
+    Raises:
+        ValueError: `value` is beyond float32's range (it would be stored
+            as inf); names `where` and the value.
+    """
+    try:
+        number = float(value)
+    except OverflowError:  # An int of more than 308 digits.
+        number = math.inf
+    if not abs(number) <= _FLOAT32_MAX:
+        raise ValueError(
+            f"{where}: the regression target {_shown(value)} does not fit in "
+            f"float32 (at most {_FLOAT32_MAX:.4g} in size). Received: {_shown(value)}"
+        )
+    return number
 
 
 def _infer_labels(columns, rows_by_split):
@@ -335,24 +418,13 @@ def _infer_labels(columns, rows_by_split):
     all_rows = [row for rows in rows_by_split.values() for row in rows]
     if not columns:
         return {"type": "none"}, [], lambda cells: ({}, None)
+    wheres = [where for _, _, where in all_rows]
     parsed = [
         [parse_label_cell(cell, where) for cell in cells]
         for _, cells, where in all_rows
     ]
     if len(columns) > 1:
-        for (_, _, where), values in zip(all_rows, parsed):
-            for column, value in zip(columns, values):
-                if not isinstance(value, (int, float)):
-                    raise ValueError(
-                        f"{where}: column {column!r} must hold a number when "
-                        f"there are several label columns. Received: {value!r}"
-                    )
-        spec = {"type": "regression", "size": len(columns), "columns": columns}
-        return spec, [], lambda cells: (
-            {"label": [float(parse_label_cell(c, "")) for c in cells]},
-            None,
-        )
-
+        return _several_columns(columns, parsed, wheres)
     values = [v[0] for v in parsed]
     kinds = {
         "list" if isinstance(v, list) else "str" if isinstance(v, str) else
@@ -365,42 +437,66 @@ def _infer_labels(columns, rows_by_split):
         spec = {"type": "class", "num_classes": len(names), "columns": columns}
         return spec, names, lambda cells: _class_label(index[cells[0].strip()])
     if kinds == {"int"}:
-        for v, (_, _, where) in zip(values, all_rows):
-            if v < 0:
-                raise ValueError(
-                    f"{where}: class labels must be >= 0. Received: {v}"
-                )
-        count = max(values) + 1
+        count = check_class_labels(zip(values, wheres), len(values))
         spec = {"type": "class", "num_classes": count, "columns": columns}
         return spec, [str(i) for i in range(count)], lambda cells: _class_label(
             int(cells[0])
         )
     if kinds <= {"int", "float"}:
+        for value, where in zip(values, wheres):
+            regression_target(value, where)
         spec = {"type": "regression", "size": 1, "columns": columns}
         return spec, [], lambda cells: ({"label": [float(cells[0])]}, None)
     if kinds == {"list"}:
-        if all(isinstance(x, int) and x >= 0 for v in values for x in v):
-            count = max((x for v in values for x in v), default=-1) + 1
-            spec = {"type": "multi_label", "num_classes": count, "columns": columns}
-            names = [str(i) for i in range(count)]
-            return spec, names, lambda cells: (
-                {"label": parse_label_cell(cells[0], "")},
-                None,
-            )
-        sizes = {len(v) for v in values}
-        if len(sizes) != 1:
-            raise ValueError(
-                f"Column {columns[0]!r} holds float lists of different lengths "
-                f"{sorted(sizes)}; regression targets need one length."
-            )
-        spec = {"type": "regression", "size": sizes.pop(), "columns": columns}
-        return spec, [], lambda cells: (
-            {"label": [float(x) for x in parse_label_cell(cells[0], "")]},
-            None,
-        )
+        return _list_labels(columns, values, wheres)
     raise ValueError(
         f"Column {columns[0]!r} mixes label kinds {sorted(kinds)}; use one of "
         "integers, floats, [lists] or class names throughout."
+    )
+
+
+def _several_columns(columns, parsed, wheres):
+    """Several label columns: one regression target, a number per column."""
+    for where, values in zip(wheres, parsed):
+        for column, value in zip(columns, values):
+            if not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"{where}: column {column!r} must hold a number when "
+                    f"there are several label columns. Received: {value!r}"
+                )
+            regression_target(value, where)
+    spec = {"type": "regression", "size": len(columns), "columns": columns}
+    return spec, [], lambda cells: (
+        {"label": [float(parse_label_cell(c, "")) for c in cells]},
+        None,
+    )
+
+
+def _list_labels(columns, values, wheres):
+    """`[lists]`: multi-label class indices when all are ints >= 0, else
+    regression targets of one length."""
+    if all(isinstance(x, int) and x >= 0 for v in values for x in v):
+        labels = ((x, where) for v, where in zip(values, wheres) for x in v)
+        count = check_class_labels(labels, len(values))
+        spec = {"type": "multi_label", "num_classes": count, "columns": columns}
+        names = [str(i) for i in range(count)]
+        return spec, names, lambda cells: (
+            {"label": parse_label_cell(cells[0], "")},
+            None,
+        )
+    sizes = {len(v) for v in values}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"Column {columns[0]!r} holds float lists of different lengths "
+            f"{sorted(sizes)}; regression targets need one length."
+        )
+    for value, where in zip(values, wheres):
+        for x in value:
+            regression_target(x, where)
+    spec = {"type": "regression", "size": sizes.pop(), "columns": columns}
+    return spec, [], lambda cells: (
+        {"label": [float(x) for x in parse_label_cell(cells[0], "")]},
+        None,
     )
 
 

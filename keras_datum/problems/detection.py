@@ -216,14 +216,10 @@ def parse_coco_json(path):
                         f"{path}: {key}[{index}].{field} must be an integer or a "
                         f"string. Received: {value!r}"
                     )
-    for index, ann in enumerate(annotations):
-        bbox = ann["bbox"]
-        if (
-            not isinstance(bbox, list)
-            or len(bbox) != 4
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)
-        ):
-            raise ValueError(f"{path}: annotations[{index}].bbox must be 4 numbers [x, y, w, h].")
+    annotations = [
+        dict(ann, bbox=_coco_box(ann["bbox"], f"{path}: annotations[{index}].bbox"))
+        for index, ann in enumerate(annotations)
+    ]
     images_by_id, index_of_name = {}, {}
     for index, image in enumerate(image_items):
         if not isinstance(image["file_name"], str):
@@ -239,6 +235,29 @@ def parse_coco_json(path):
         images_by_id[image["id"]] = image
         index_of_name[image["file_name"]] = index
     return images_by_id, annotations, categories
+
+
+def _coco_box(bbox, where):
+    """A COCO `bbox` as 4 floats (a box of inf or nan is dropped at export,
+    as a box without area is).
+
+    Raises:
+        ValueError: not 4 numbers, or an integer too large for a float (a
+            400-digit one); names `where`.
+    """
+    if (
+        not isinstance(bbox, list)
+        or len(bbox) != 4
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)
+    ):
+        raise ValueError(f"{where} must be 4 numbers [x, y, w, h].")
+    try:
+        return [float(v) for v in bbox]
+    except OverflowError:
+        raise ValueError(
+            f"{where} holds an integer too large for a number of pixels. "
+            f"Received: {str(bbox)[:80]}"
+        ) from None
 
 
 def _coco_split(name, splits=SPLITS):
@@ -481,6 +500,9 @@ def _find_yolo(root, follow_links):
                 boxes, classes = parse_yolo_labels(label_path, len(class_names))
             records.append(_record(root, image_path, boxes, classes, "rel_center_xywh"))
         splits[split] = records
+    sources.refuse_files_in_two_splits(
+        {split: [r.path for r in records] for split, records in splits.items()}, follow_links
+    )
     if "train" not in splits or not splits["train"]:
         raise ValueError(
             f"The YOLO folder {root!r} has no training images (images/train/ or "

@@ -166,6 +166,9 @@ def _find_pairs(root, follow_links):
             splits[name] = [
                 _pair(root, image, stem, masks, mask_dir, extra) for stem, image in pairs
             ]
+    sources.refuse_files_in_two_splits(
+        {split: [r.path for r in records] for split, records in splits.items()}, follow_links
+    )
     if not splits.get("train"):
         raise ValueError(f"No images found in {os.path.join(image_root, folders.get('train', ''))!r}.")
     return _layout("image_mask_pairs", splits, class_names, extra)
