@@ -11,11 +11,13 @@ commit relies on.
 """
 
 import builtins
+import errno
 import io
 import os
 import posixpath
 import re
 import shutil
+import stat as stat_lib
 
 import tensorflow as tf
 
@@ -90,6 +92,19 @@ def isfile(path):
     return os.path.isfile(path)
 
 
+def is_any_file(path):
+    """True when something other than a folder is at `path` (links followed):
+    a regular file, or a FIFO, device or socket, which `isfile` calls
+    missing. For a file that must be read when it is there: reading then
+    refuses a non-regular one by name, where `isfile` would skip it."""
+    if is_url(path):
+        return isfile(path)
+    try:
+        return not stat_lib.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):  # Missing, a dangling link, a bad name.
+        return False
+
+
 def listdir(path):
     if is_url(path):
         if path.startswith("ram://"):
@@ -139,50 +154,181 @@ def getsize(path):
 
 def open(path, mode="r", encoding=None, newline=None, buffering=-1):  # noqa: A001
     """`open`, or a `tf.io.gfile.GFile` for a URL (text or binary by `mode`;
-    `buffering` is for local files)."""
-    if not is_url(path):
-        kwargs = {} if "b" in mode else {"encoding": encoding or "utf-8", "newline": newline}
-        return builtins.open(path, mode, buffering=buffering, **kwargs)
-    if "r" not in mode:
+    `buffering` is for local files).
+
+    A file opened to read is read whole at once, by `read_bytes`, with its
+    checks: only a regular file (or a link to one), and never past the size
+    bound. TensorFlow's errors (GFile opens lazily) arrive here too, as the
+    OSError types the callers expect.
+    """
+    if "r" in mode and "+" not in mode:
+        data = read_bytes(path)
+        if "b" in mode:
+            return io.BytesIO(data)
+        return io.StringIO(data.decode(encoding or "utf-8"), newline=newline)
+    if is_url(path):
         return tf.io.gfile.GFile(path, mode)
-    # Read whole at once, so that TensorFlow's errors (GFile opens lazily)
-    # arrive here, as the OSError types the callers expect.
+    kwargs = {} if "b" in mode else {"encoding": encoding or "utf-8", "newline": newline}
+    return builtins.open(path, mode, buffering=buffering, **kwargs)
+
+
+# Source files are read whole into memory, by every export worker at once: a
+# bound keeps a runaway file (a link to a growing log, a disk image misnamed
+# .png) from taking the machine's memory. 512 MiB is above the largest common
+# annotation file (COCO 2017's instances_train2017.json, 448 MiB) and any
+# compressed image under Pillow's decompression-bomb limit; an uncompressed
+# TIFF or BMP past it needs the variable raised. It is read at each call, so
+# forked export workers and Beam workers see the value the user set.
+MAX_FILE_BYTES_VARIABLE = "KERAS_DATUM_MAX_FILE_BYTES"
+DEFAULT_MAX_FILE_BYTES = 512 * 2**20
+
+
+class RefusedFileError(OSError):
+    """A source file that keras_datum will not read: not a regular file (a
+    FIFO, a device, a socket), or larger than the size bound. Its `strerror`
+    says why and its `filename` names it."""
+
+    def __str__(self):
+        return f"{self.filename!r}: {self.strerror}"
+
+
+def max_file_bytes():
+    """The size bound on a file read: `$KERAS_DATUM_MAX_FILE_BYTES`, else 512 MiB.
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            whole number of bytes.
+    """
+    text = os.environ.get(MAX_FILE_BYTES_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_MAX_FILE_BYTES
     try:
-        data = tf.io.gfile.GFile(path, "rb").read()
-    except tf.errors.NotFoundError:
-        raise FileNotFoundError(f"No such file: {path!r}") from None
-    except tf.errors.OpError as e:
-        raise OSError(f"Cannot read {path!r}: {e.message}") from None
-    if "b" in mode:
-        return io.BytesIO(data)
-    return io.StringIO(data.decode(encoding or "utf-8"), newline=newline)
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"`{MAX_FILE_BYTES_VARIABLE}` must be a positive whole number of bytes. "
+            f"Received: {MAX_FILE_BYTES_VARIABLE}={text!r}"
+        )
+    return value
+
+
+def _too_large(path, size, bound):
+    return RefusedFileError(
+        errno.EFBIG,
+        f"{size} bytes, over the bound of {bound} bytes that keras_datum reads "
+        f"from one file; set the environment variable {MAX_FILE_BYTES_VARIABLE} "
+        "to a larger number of bytes to read it",
+        path,
+    )
+
+
+# What `stat` calls each kind of file that is neither a folder nor regular.
+_SPECIAL_KINDS = (
+    (stat_lib.S_ISFIFO, "a FIFO"),
+    (stat_lib.S_ISCHR, "a character device"),
+    (stat_lib.S_ISBLK, "a block device"),
+    (stat_lib.S_ISSOCK, "a socket"),
+)
+
+
+def _require_regular(mode, path):
+    """Raises unless `mode` (a `st_mode`) is a regular file's: a folder as
+    `open` does, anything else as a `RefusedFileError` naming its kind."""
+    if stat_lib.S_ISREG(mode):
+        return
+    if stat_lib.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
+    raise RefusedFileError(
+        errno.EINVAL,
+        f"not a regular file ({kind}); only regular files, or links to them, are read",
+        path,
+    )
+
+
+# Opened without blocking: opening a FIFO to read waits for a writer, for
+# ever when there is none. A regular file reads the same with the flag.
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _open_regular(path):
+    """A descriptor of the regular file at `path` (links followed) and its size.
+
+    The kind is checked before the open, so that no device is ever opened (a
+    tape rewinds, a terminal may become the controlling one), and again on
+    the descriptor, in case the file was swapped in between.
+    """
+    _require_regular(os.stat(path).st_mode, path)
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        _require_regular(info.st_mode, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
 
 
 def read_bytes(path):
     """A whole file's bytes; `OSError`s as `open` raises them.
 
+    Only a regular file (or a link to one) is read, and never more than
+    `max_file_bytes()` of it.
+
     A local file is read with plain system calls rather than through a
     buffered file object: the export reads every source file this way, and
     for tiny images the file object's setup is a few percent of the work.
+
+    Raises:
+        RefusedFileError: `path` is a FIFO, a device or a socket, or holds
+            more than the bound; the message names the file and the reason.
+        FileNotFoundError, IsADirectoryError, PermissionError: as `open`.
     """
+    bound = max_file_bytes()
     if is_url(path):
-        with open(path, "rb") as f:
-            return f.read()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        return _read_url(path, bound)
+    fd, size = _open_regular(path)
     try:
-        size = os.fstat(fd).st_size
+        if size > bound:
+            raise _too_large(path, size, bound)
         # One read asks for a byte more than the file has: getting exactly
         # its size back is the end (no second read to see it), and a file
-        # that grew or a short read is read on to its end.
+        # that grew or a short read is read on to its end, or to the bound.
         data = os.read(fd, size + 1)
         if len(data) == size:
             return data
-        parts = [data]
-        while chunk := os.read(fd, max(size, 1 << 16)):
+        parts, total = [data], len(data)
+        while total <= bound:
+            chunk = os.read(fd, min(max(size, 1 << 16), bound + 1 - total))
+            if not chunk:
+                return b"".join(parts)
             parts.append(chunk)
-        return b"".join(parts)
+            total += len(chunk)
+        raise _too_large(path, f"more than {bound}", bound)
     finally:
         os.close(fd)
+
+
+def _read_url(path, bound):
+    """`read_bytes` on a TensorFlow file system: the size it states, at most
+    the bound (a read of `n` bytes sets aside `n` bytes first)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            size = f.size()
+            if size <= bound:
+                return f.read(size)
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(f"No such file: {path!r}") from None
+    except tf.errors.OpError as e:
+        raise OSError(f"Cannot read {path!r}: {e.message}") from None
+    raise _too_large(path, size, bound)
 
 
 def write_text(path, text):

@@ -209,3 +209,14 @@ def test_read_bytes_local_and_remote(tmp_path, ram_root):
     assert storage.read_bytes(f"{ram_root}/big.bin") == payload
     with pytest.raises(FileNotFoundError):
         storage.read_bytes(f"{ram_root}/missing.bin")
+
+
+def test_a_file_on_a_url_file_system_is_read_only_to_the_bound(ram_root, monkeypatch):
+    tf.io.gfile.makedirs(ram_root)
+    with tf.io.gfile.GFile(f"{ram_root}/ten.bin", "wb") as f:
+        f.write(b"0123456789")
+    monkeypatch.setenv("KERAS_DATUM_MAX_FILE_BYTES", "10")
+    assert storage.read_bytes(f"{ram_root}/ten.bin") == b"0123456789"
+    monkeypatch.setenv("KERAS_DATUM_MAX_FILE_BYTES", "9")
+    with pytest.raises(OSError, match=r"ten\.bin'?: 10 bytes, over the bound of 9 bytes"):
+        storage.open(f"{ram_root}/ten.bin", "rb")
