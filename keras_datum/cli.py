@@ -1,11 +1,13 @@
 """The `keras-datum` command: export, info, verify, preview, benchmark, demo."""
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 
 from keras_datum import storage
+from keras_datum.notices import printable
 
 
 # Number flags are checked as they are parsed, so a bad value is named by its flag
@@ -64,17 +66,17 @@ def _export(args):
         runner=args.runner,
         beam_options=args.beam_args if args.runner else None,
     )
-    print(f"Cache: {ds.cache_dir}")
+    print(printable(f"Cache: {ds.cache_dir}"))
     _print_info(meta, ds.cache_dir)
 
 
 def _print_info(meta, cache_dir):
     from keras_datum import cache
 
-    print(f"Source: {meta['source']}")
+    print(printable(f"Source: {meta['source']}"))
     print(f"Problem: {meta['problem']} (layout '{meta['layout']}')")
-    names = meta["class_names"]
-    print(f"Classes ({len(names)}): {', '.join(names) if names else '-'}")
+    names = meta["class_names"]  # Folder names: undecodable bytes are escaped.
+    print(printable(f"Classes ({len(names)}): {', '.join(names) if names else '-'}"))
     for split, info in meta["splits"].items():
         print(
             f"  {split}: {info['num_examples']} examples in "
@@ -85,7 +87,7 @@ def _print_info(meta, cache_dir):
     if invalid:
         with storage.open(os.path.join(cache_dir, cache.REPORT_FILE)) as f:
             for entry in json.load(f):
-                print(f"  {entry['split']}/{entry['file']}: {entry['reason']}")
+                print(printable(f"  {entry['split']}/{entry['file']}: {entry['reason']}"))
 
 
 def _info(args):
@@ -96,11 +98,11 @@ def _info(args):
     if not storage.exists(path):
         raise FileNotFoundError(f"Path not found: {args.path!r}")
     if datum_format.is_export(path):
-        print(f"datum export, read in place: {path}")
+        print(printable(f"datum export, read in place: {path}"))
         _print_info(datum_format.read_metadata(path), path)
         return
     for cache_dir in _caches(path, args.path):
-        print(f"Cache: {cache_dir}")
+        print(printable(f"Cache: {cache_dir}"))
         _print_info(cache.read_metadata(cache_dir), cache_dir)
 
 
@@ -147,11 +149,11 @@ def _verify(args):
     for cache_dir in [path] if datum_export else _caches(path, args.path):
         problems = verify_cache(cache_dir)
         for problem in problems:
-            print(f"DAMAGED: {problem}")
+            print(printable(f"DAMAGED: {problem}"))
         if problems:
             # A datum export is read in place: only its writer can rewrite it.
             fix = "write it again with datum" if datum_export else "export again with `keras-datum export --force`"
-            print(f"{len(problems)} problems in {cache_dir}; {fix}.")
+            print(printable(f"{len(problems)} problems in {cache_dir}; {fix}."))
             status = 1
             continue
         if datum_export:
@@ -160,7 +162,9 @@ def _verify(args):
             splits = cache.read_metadata(cache_dir)["splits"]
         shards = sum(len(s["shards"]) for s in splits.values())
         examples = sum(s["num_examples"] for s in splits.values())
-        print(f"OK: {cache_dir}: {shards} shards, {examples} examples, every record intact.")
+        print(printable(
+            f"OK: {cache_dir}: {shards} shards, {examples} examples, every record intact."
+        ))
     return status
 
 
@@ -183,7 +187,7 @@ def _preview(args):
         verbose=False,
     )
     ds.preview(split=args.split, num_images=args.num_images, path=args.path)
-    print(f"Wrote {args.path}")
+    print(printable(f"Wrote {args.path}"))
 
 
 def _benchmark(args):
@@ -308,11 +312,32 @@ def main(argv=None):
     if unknown and args.command != "export":
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.beam_args = unknown
+    with _escaping_output():
+        try:
+            return args.run(args) or 0
+        except (ValueError, OSError) as e:  # OSError: FileNotFoundError, TimeoutError too.
+            print(printable(f"keras-datum {args.command}: error: {e}"), file=sys.stderr)
+            return 2
+
+
+@contextlib.contextmanager
+def _escaping_output():
+    """stdout and stderr write what their encoding cannot as `\\xe9` escapes.
+
+    The names printed here are escaped (`printable`), but the export's own
+    lines and warnings name files too, and a strict terminal (say
+    `PYTHONIOENCODING=utf-8:strict`, or an ASCII one) would otherwise end
+    the command with a UnicodeEncodeError after the cache was written.
+    """
+    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "reconfigure")]
+    before = [s.errors for s in streams]
+    for stream in streams:
+        stream.reconfigure(errors="backslashreplace")
     try:
-        return args.run(args) or 0
-    except (ValueError, OSError) as e:  # OSError: FileNotFoundError, TimeoutError too.
-        print(f"keras-datum {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        yield
+    finally:
+        for stream, errors in zip(streams, before):
+            stream.reconfigure(errors=errors)
 
 
 if __name__ == "__main__":

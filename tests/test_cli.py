@@ -1,3 +1,5 @@
+import io
+import json
 import os
 import subprocess
 import sys
@@ -266,3 +268,43 @@ def test_benchmark_with_follow_links_finds_that_export(tmp_path, capsys):
     assert cli.main(["benchmark", root, "--follow-links", "--image-size", "16", "--epochs", "1",
                      "--batch-size", "2"]) == 0
     assert "export: none, the cache was up to date" in capsys.readouterr().out
+
+
+def _write_bytes_named(folder, name, data):
+    """Writes `data` to `folder/name`, `name` being raw bytes (not UTF-8)."""
+    fd = os.open(os.path.join(os.fsencode(folder), name), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "terminal",
+    [{"PYTHONIOENCODING": "utf-8:strict"}, {"LC_ALL": "C", "LANG": "C"}],
+    ids=["strict_utf8", "c_locale"],
+)
+def test_export_and_info_print_file_names_that_are_not_utf8_escaped(tmp_path, terminal):
+    import numpy as np
+    from conftest import random_image
+
+    root = make_class_folders(tmp_path / "src", {"a": 3})
+    png = io.BytesIO()
+    random_image(np.random.default_rng(5)).save(png, format="PNG")
+    _write_bytes_named(os.path.join(root, "a"), b"caf\xe9.png", png.getvalue())  # Latin-1 name.
+    _write_bytes_named(os.path.join(root, "a"), b"bad\xff.png", b"not an image")
+    cache_dir = str(tmp_path / "cache")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LC_ALL", "LANG")}
+    for argv in (["export", root, "--cache-dir", cache_dir, "--image-size", "8"],
+                 ["info", cache_dir]):
+        done = subprocess.run(
+            [sys.executable, "-m", "keras_datum.cli", *argv],
+            capture_output=True, env={**env, **terminal}, timeout=300,
+        )
+        out = done.stdout.decode("ascii", "replace")
+        assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
+        assert "Invalid files left out: 1" in out
+        assert "a/bad\\xff.png: not an image file" in out
+        assert b"\xff" not in done.stdout  # Escaped, not written raw.
+    with open(os.path.join(cache_dir, "metadata.json")) as f:
+        assert sum(s["num_examples"] for s in json.load(f)["splits"].values()) == 4
