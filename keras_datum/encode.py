@@ -20,11 +20,20 @@ skips the critical chunks' CRCs and opens a file cut before its IEND chunk,
 and libspng (small PNGs) skips the zlib checksum. So no file passes
 validation that `tf.io.decode_png` would refuse in some epoch.
 
-This module imports no TensorFlow: it runs in export worker threads.
+Memory: each export worker holds one image at a time, and an image whose
+decode and conversion take more than `HUGE_IMAGE_BYTES` (estimated from its
+header, before decoding) holds the one huge-image slot while it does, so at
+most one such image is in memory across all workers (`huge_image_slot`).
+
+This module imports no TensorFlow: it runs in export worker threads and
+forked export worker processes.
 """
 
+import contextlib
 import io
+import multiprocessing
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -83,6 +92,33 @@ _TRANSPOSES = {
     6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
     8: Image.Transpose.ROTATE_90,
 }
+# An image whose decode and conversion take more than this holds the
+# huge-image slot (`huge_image_slot`) while they do, so the export's workers
+# hold at most one at a time. 256 MiB is a 30-megapixel JPEG turned
+# upright, a 53-megapixel RGB PNG shrunk; a 12,000 x 12,000 image, just under
+# Pillow's decompression-bomb limit, takes 0.55 GiB (RGB PNG) to 2.1 GiB
+# (WebP). Below it images decode side by side: a folder of 20-megapixel PNGs
+# still uses every core.
+HUGE_IMAGE_BYTES = 256 * 2**20
+# Peak bytes per decoded pixel of `encode_image` (the decode, any turn and
+# conversion, the shrink and the re-encode), by Pillow's format and mode:
+# ru_maxrss of one call on a 6,000 x 6,000 image, less what it held before,
+# plus 1 for margin. RGB(A) pixels take 4 bytes in Pillow: a PNG shrunk takes 4 (RGB),
+# 8 (RGBA, premultiplied to shrink), 5 (P or 1 -> RGB), 9 (P with
+# transparency -> RGBA), 12 (16-bit gray through float64); a JPEG is decoded
+# to 3-byte rows by libjpeg, then copied into Pillow and turned (8; CMYK 12).
+# A JPEG over the cap counts the pixels of its reduced decode only
+# (`_Opened.dct_scale`). Any other (WebP 16, TIFF, BMP, GIF): the most
+# measured, a float TIFF's 20.
+_PEAK_BYTES_PER_PIXEL = {
+    ("PNG", "1"): 6, ("PNG", "L"): 2, ("PNG", "LA"): 9, ("PNG", "P"): 10,
+    ("PNG", "RGB"): 5, ("PNG", "RGBA"): 9, ("PNG", "I;16"): 13,
+    ("JPEG", "L"): 3, ("JPEG", "RGB"): 9, ("JPEG", "CMYK"): 13,
+}
+_MOST_PEAK_BYTES_PER_PIXEL = 21
+# The huge-image slot of this process's threads; `shared_huge_image_slot`
+# swaps in one that forked workers share.
+_huge_slot = threading.Semaphore(1)
 _PIXEL_NEUTRAL_CHUNKS = frozenset(
     {b"IHDR", b"IDAT", b"IEND", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs",
      b"tEXt", b"zTXt", b"iTXt", b"tIME", b"bKGD"}
@@ -138,7 +174,10 @@ def _to_storable(image):
         # `tf.image.convert_image_dtype` reads them. Beyond: clipped.
         array = np.asarray(image, dtype=np.float64)
         peak = 1.0 if image.mode == "F" else 65535.0
-        array = np.clip(array * (255.0 / peak), 0, 255).round()
+        # In place: one float copy of the image, not four (huge scans).
+        array *= 255.0 / peak
+        np.clip(array, 0, 255, out=array)
+        np.round(array, out=array)
         return Image.fromarray(array.astype(np.uint8), mode="L")
     if "A" in image.mode:
         return image.convert("RGBA")
@@ -363,8 +402,23 @@ def encode_image(path, max_side=None):
         small = _small_png(data, png, max_side)
         if small is not None:
             return small
-    try:
+    with _pillow_errors():
         opened = _open(data, png, max_side)
+    # Only images whose decode is huge wait for the slot: the others pay
+    # nothing beyond the header Pillow has already read.
+    with huge_image_slot(_peak_bytes(opened)):
+        with _pillow_errors():
+            _decode(data, opened, png)
+        if opened.keep:
+            return _kept(data, opened, png)
+        return _converted(opened, max_side)
+
+
+@contextlib.contextmanager
+def _pillow_errors():
+    """Pillow's errors for a bad file as `InvalidImageError`."""
+    try:
+        yield
     except Image.DecompressionBombError as e:
         raise InvalidImageError(f"decompression bomb refused: {e}") from e
     except Image.UnidentifiedImageError as e:
@@ -375,9 +429,50 @@ def encode_image(path, max_side=None):
         raise InvalidImageError(
             f"not a decodable image ({type(e).__name__}: {e})"
         ) from e
+
+
+@contextlib.contextmanager
+def huge_image_slot(peak_bytes):
+    """Holds the huge-image slot while an image that takes more than
+    `HUGE_IMAGE_BYTES` is decoded and converted; others pass at once.
+
+    The slot is one for the whole process (every export thread), and one
+    for all the workers that `shared_huge_image_slot` forks.
+    """
+    if peak_bytes <= HUGE_IMAGE_BYTES:
+        yield
+        return
+    slot = _huge_slot  # Released to the one acquired, should the slot be swapped meanwhile.
+    with slot:
+        yield
+
+
+@contextlib.contextmanager
+def shared_huge_image_slot():
+    """Within this block, the huge-image slot is one that processes forked
+    (by a `fork` context's Pool) inherit and share.
+
+    A fresh one for each block: a worker killed while it holds the slot (an
+    export stopped by an invalid file) cannot leave the next export waiting.
+    """
+    global _huge_slot
+    previous = _huge_slot
+    _huge_slot = multiprocessing.get_context("fork").Semaphore(1)
+    try:
+        yield
+    finally:
+        _huge_slot = previous
+
+
+def _peak_bytes(opened):
+    """The most memory decoding and converting `opened` takes, from its
+    header (see `_PEAK_BYTES_PER_PIXEL`); 0 for a file stored undecoded."""
     if opened.keep:
-        return _kept(data, opened, png)
-    return _converted(opened, max_side)
+        return 0  # Undecoded, or a small PNG's raw pixels (`RAW_MAX_PIXELS`).
+    width, height = opened.image.size
+    pixels = -(-width // opened.dct_scale) * -(-height // opened.dct_scale)
+    per_pixel = _PEAK_BYTES_PER_PIXEL.get((opened.format, opened.image.mode))
+    return pixels * (per_pixel or _MOST_PEAK_BYTES_PER_PIXEL)
 
 
 @dataclass
@@ -391,11 +486,12 @@ class _Opened:
     keep: bool  # Stored as it is.
     too_big: bool  # Over the cap: shrunk.
     lossless: bool  # A lossless JPEG: converted to PNG.
+    dct_scale: int  # A converted JPEG over the cap is decoded at 1/dct_scale.
 
 
 def _open(data, png, max_side):
-    """Opens `data` with Pillow and decodes it where the export needs its
-    pixels: to convert it, or for the raw pixels of a small PNG."""
+    """Opens `data` with Pillow, reading its header only, and decides what
+    the export does with it."""
     image = Image.open(io.BytesIO(data))
     source_format = image.format
     # Reading EXIF costs as much as decoding a tiny PNG; PNGs without an
@@ -412,13 +508,22 @@ def _open(data, png, max_side):
         or (source_format == "JPEG" and image.mode in ("L", "RGB")
             and process in _TF_JPEG_PROCESSES)
     )
-    source_size = _upright_size(image, orientation)
     lossless = process in _LOSSLESS_JPEG_PROCESSES
-    if source_format == "JPEG" and not keep and not lossless:
-        image = _strict_jpeg(data, image, too_big and _cap_scale(width, height, max_side))
-    elif not keep or (png is not None and _raw_sized(image)):
-        image.load()  # Decodes every block: this is Pillow's validation.
-    return _Opened(image, source_format, source_size, orientation, keep, too_big, lossless)
+    dct_scale = 1
+    if source_format == "JPEG" and too_big and not lossless:
+        scale = _cap_scale(width, height, max_side)
+        dct_scale = _draft_scale(width, height, (int(width * scale) + 1, int(height * scale) + 1))
+    return _Opened(image, source_format, _upright_size(image, orientation), orientation,
+                   keep, too_big, lossless, dct_scale)
+
+
+def _decode(data, opened, png):
+    """Decodes `opened` where the export needs its pixels: to convert it,
+    or for the raw pixels of a small PNG."""
+    if opened.format == "JPEG" and not opened.keep and not opened.lossless:
+        opened.image = _strict_jpeg(data, opened.image, opened.dct_scale)
+    elif not opened.keep or (png is not None and _raw_sized(opened.image)):
+        opened.image.load()  # Decodes every block: this is Pillow's validation.
 
 
 def _draft_scale(width, height, requested):
@@ -428,7 +533,7 @@ def _draft_scale(width, height, requested):
     return next(scale for scale in (8, 4, 2, 1) if ratio >= scale)
 
 
-def _strict_jpeg(data, image, cap_scale):
+def _strict_jpeg(data, image, scale):
     """Decodes a JPEG the export converts (over the cap, turned upright, or
     CMYK), refusing one that libjpeg warns about.
 
@@ -436,22 +541,21 @@ def _strict_jpeg(data, image, cap_scale):
     data segment"): it would store a damaged image, its missing blocks
     filled in, as a clean one. simplejpeg's strict decode (the same
     libjpeg-turbo) raises on them. Gray and RGB JPEGs are decoded by it at
-    the scale Pillow's `draft` would choose (the same pixels: both are
-    libjpeg-turbo's default decoder); CMYK ones are checked by it at 1/8
+    1/`scale`, the scale Pillow's `draft` would choose (the same pixels: both
+    are libjpeg-turbo's default decoder); CMYK ones are checked by it at 1/8
     scale, then decoded by Pillow, which converts CMYK as Photoshop writes it.
     """
     width, height = image.size
-    scale = 1
-    if cap_scale:
-        scale = _draft_scale(width, height, (int(width * cap_scale) + 1,
-                                             int(height * cap_scale) + 1))
     plain = image.mode in ("L", "RGB")
     try:
         pixels = simplejpeg.decode_jpeg(
             data,
             colorspace={"L": "GRAY", "RGB": "RGB"}.get(image.mode, "CMYK"),
-            min_width=-(-width // scale) if plain else 0,
-            min_height=-(-height // scale) if plain else 0,
+            # simplejpeg ignores `min_factor` without a minimum size: 1 x 1
+            # lets it decode a CMYK check at 1/8 scale (full size took 4
+            # bytes a pixel).
+            min_width=-(-width // scale) if plain else 1,
+            min_height=-(-height // scale) if plain else 1,
             min_factor=1 if plain else 8,
             strict=True,
         )
@@ -490,7 +594,8 @@ def _converted(opened, max_side):
         upright = image.transpose(_TRANSPOSES[opened.orientation])
     jpeg = opened.format == "JPEG" and not opened.lossless
     if opened.format == "JPEG":
-        upright = upright.convert("L" if upright.mode == "L" else "RGB")
+        if upright.mode not in ("L", "RGB"):  # Converting to its own mode copies it.
+            upright = upright.convert("RGB")
     else:
         upright = _to_storable(upright)
     if opened.too_big:

@@ -407,7 +407,22 @@ def split_metadata(shards, tallies, num_classes):
 
 
 def _write_locally(problem, spec, export_options, plans, folder, on_invalid, progress):
-    """Writes every split's shards from this process; returns their tallies."""
+    """Writes every split's shards from this process; returns their tallies.
+
+    Memory: each of the `workers` (one per core) holds one image at a time,
+    and an image whose decode and conversion take more than
+    `encode.HUGE_IMAGE_BYTES` (256 MiB) holds the huge-image slot while they
+    do (`encode.huge_image_slot`: a semaphore of one, shared by the threads
+    or the forked workers). So the images take at most
+
+        (workers - 1) x HUGE_IMAGE_BYTES + the largest image's peak
+
+    on top of each worker's own footprint. The peak is estimated from the
+    header at a measured cost per decoded pixel (`encode._PEAK_BYTES_PER_PIXEL`:
+    4-5 bytes for an RGB PNG, 8-9 for a JPEG turned upright, at most 20), so
+    a 12,000 x 12,000 PNG just under Pillow's decompression-bomb limit takes
+    about 0.6 GiB, and two such images are never decoded at once.
+    """
     workers = os.cpu_count() or 1
     total = sum(len(members) for shards in plans.values() for _, members in shards)
     first = next(members[0] for shards in plans.values() for _, members in shards if members)
@@ -440,24 +455,27 @@ def _write_in_processes(problem, spec, export_options, plans, folder, on_invalid
     tasks = [(split, shard) for split, shards in plans.items() for shard in shards]
     write = functools.partial(_write_task, problem.NAME, spec, export_options, on_invalid, folder)
     tallies = {split: [] for split in plans}
-    # Objects that exist before the fork are left out of the children's
-    # garbage collections, which would otherwise write to (and so copy) every
-    # page of the parent's heap that they share.
-    gc.freeze()
-    try:
-        pool = multiprocessing.get_context("fork").Pool(workers)
-    finally:
-        gc.unfreeze()
-    with pool:
-        # In plan order; an invalid file with on_invalid="raise" raises here,
-        # and leaving the block stops the other workers at once.
-        for (split, shard), tally in zip(tasks, pool.imap(write, tasks)):
-            # TensorFlow's check, here in the parent, while the workers
-            # write the next shards.
-            tally = check_shard(problem.NAME, spec, export_options, on_invalid, folder, split,
-                                shard, tally)
-            progress.update(tally.num_examples + len(tally.invalid))
-            tallies[split].append(tally)
+    # The workers inherit the huge-image slot made here, and so hold one
+    # huge image at a time between them (see `_write_locally`).
+    with encode.shared_huge_image_slot():
+        # Objects that exist before the fork are left out of the children's
+        # garbage collections, which would otherwise write to (and so copy)
+        # every page of the parent's heap that they share.
+        gc.freeze()
+        try:
+            pool = multiprocessing.get_context("fork").Pool(workers)
+        finally:
+            gc.unfreeze()
+        with pool:
+            # In plan order; an invalid file with on_invalid="raise" raises
+            # here, and leaving the block stops the other workers at once.
+            for (split, shard), tally in zip(tasks, pool.imap(write, tasks)):
+                # TensorFlow's check, here in the parent, while the workers
+                # write the next shards.
+                tally = check_shard(problem.NAME, spec, export_options, on_invalid, folder,
+                                    split, shard, tally)
+                progress.update(tally.num_examples + len(tally.invalid))
+                tallies[split].append(tally)
     return tallies
 
 
