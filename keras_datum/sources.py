@@ -231,19 +231,31 @@ def read_json_object(path, expected):
     """Loads a JSON file that must hold an object.
 
     Raises:
-        ValueError: malformed JSON, a key repeated in one object (JSON
-            readers keep only the last one: an example or a field would be
-            lost without a word), or not an object (`expected` says what it
-            should be); names the file.
+        ValueError: malformed JSON, a number too long for Python to read,
+            arrays or objects nested too deeply, a key repeated in one object
+            (JSON readers keep only the last one: an example or a field would
+            be lost without a word), or not an object (`expected` says what
+            it should be); names the file.
     """
+    text = read_text(path)
     try:
-        data = json.loads(read_text(path), object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: malformed JSON ({e}).") from None
     except _RepeatedKey as e:
         raise ValueError(
             f"{path}: the key {e.args[0]!r} is repeated in one object; JSON readers "
             "keep only the last one. Give each entry its own key."
+        ) from None
+    except ValueError as e:
+        # Python refuses integers of more than `sys.get_int_max_str_digits()`
+        # digits (4,300), which no label, id or size has.
+        raise ValueError(
+            f"{path}: a number in it is too long to read ({str(e).split(';')[0]})."
+        ) from None
+    except RecursionError:
+        raise ValueError(
+            f"{path}: its arrays or objects are nested too deeply to read."
         ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected {expected}.")

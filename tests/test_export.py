@@ -1,6 +1,7 @@
 """The export's two engines (threads, forked processes) write the same shards."""
 
 import os
+import re
 import warnings
 
 import pytest
@@ -99,3 +100,24 @@ def test_a_carve_is_refused_for_a_source_with_its_own_val_split(tmp_path):
     for split in (0.2, None):
         ds = DatumDataset(root, validation_split=split, cache_dir=tmp_path / f"c{split}", verbose=False)
         assert ds.num_examples == {"train": 6, "val": 2}
+
+
+@pytest.mark.parametrize(
+    "hostile, reason",
+    [
+        ("9" * 5000, r"a number in it is too long to read \(Exceeds the limit \(4300 digits\)"),
+        ("[" * 100000 + "]" * 100000, "its arrays or objects are nested too deeply to read"),
+    ],
+)
+def test_a_coco_file_python_cannot_read_is_named_in_the_error(tmp_path, hostile, reason):
+    from detection_data import draw_items
+    from detection_data import write_coco
+
+    root = write_coco(tmp_path / "src", {"train": draw_items(3)})
+    path = os.path.join(root, "annotations", "instances_train.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"iscrowd": 0', f'"iscrowd": {hostile}', 1))
+    with pytest.raises(ValueError, match=re.escape(path) + ": " + reason):
+        DatumDataset(root, cache_dir=tmp_path / "cache", verbose=False).export()
