@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -226,3 +227,24 @@ def test_the_benchmark_command_reads_a_text_source(tmp_path, capsys):
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["split"] == "train"
+
+
+@pytest.mark.parametrize(
+    "label, message",
+    [
+        (2000000000, r"example '3': the class label 2000000000 would make 2000000001 classes"),
+        (-1, r"example '3': class labels must be >= 0\. Received: -1"),
+    ],
+)
+def test_a_json_label_no_class_list_can_hold_names_the_file_and_the_example(
+    tmp_path, label, message
+):
+    # range(2000000000 + 1) of class names would take gigabytes.
+    root = tmp_path / "src"
+    root.mkdir()
+    train = {str(i): {"text": f"text {i}", "label": {"topic": i % 2}} for i in range(6)}
+    train["3"]["label"]["topic"] = label
+    (root / "train.json").write_text(json.dumps(train))
+    path = os.path.join(str(root), "train.json")
+    with pytest.raises(ValueError, match=re.escape(path) + ": " + message):
+        DatumDataset(str(root), cache_dir=tmp_path / "cache", verbose=False).export()

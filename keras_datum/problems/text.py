@@ -102,8 +102,18 @@ def _find_json(root):
             "keras_datum reads one label per text."
         )
     values = [value for _, _, value, _ in all_rows]
-    if all(isinstance(v, int) and v >= 0 for v in values):
-        class_names = [str(i) for i in range(max(values, default=-1) + 1)]
+    if all(isinstance(v, int) for v in values):
+        # Checked before the class list is built: a label of 2,000,000,000
+        # (an id taken for the label) would make one of gigabytes.
+        num_classes = classification.check_class_labels(
+            (
+                (value, f"{path}: example {example_id!r}")
+                for path, rows in rows_by_split.values()
+                for example_id, _, value, _ in rows
+            ),
+            len(values),
+        )
+        class_names = [str(i) for i in range(num_classes)]
         index = {v: v for v in values}
     elif all(isinstance(v, str) for v in values):
         class_names = sorted(set(values))
