@@ -285,7 +285,7 @@ def read_class_names(root):
     """
     for name in CLASS_NAME_FILES:
         path = os.path.join(root, name)
-        if storage.isfile(path):
+        if storage.is_any_file(path):
             names = [line.strip() for line in read_lines(path) if line.strip()]
             if len(set(names)) != len(names):
                 raise ValueError(f"{path!r} lists a class name twice.")
@@ -309,7 +309,7 @@ def voc_split_lists(root, task):
         lists = {}
         for name, split in SPLIT_NAMES.items():
             path = os.path.join(folder, name + ".txt")
-            if not storage.isfile(path):
+            if not storage.is_any_file(path):
                 continue
             if split in lists:
                 raise ValueError(

@@ -187,14 +187,6 @@ def test_a_fifo_as_a_coco_annotation_file_is_refused_by_name(tmp_path):
 # which is False for a FIFO: today the file is skipped as if missing (a YOLO
 # image then has no objects, a CSV layout is not seen). With the change
 # these tests name, it is read, and refused by name.
-_NEEDS_IS_ANY_FILE = pytest.mark.xfail(
-    strict=True,
-    reason="needs the layouts' annotation checks to use storage.is_any_file "
-    "(sources.py, problems/detection.py, problems/classification.py)",
-)
-
-
-@_NEEDS_IS_ANY_FILE
 def test_a_fifo_as_a_yolo_label_file_is_refused_by_name(tmp_path):
     root = write_yolo(tmp_path / "yolo", {"train": draw_items(3)})
     label = os.path.join(root, "labels", "train", "img001.txt")
@@ -209,7 +201,6 @@ def test_a_fifo_as_a_yolo_label_file_is_refused_by_name(tmp_path):
         _call_within(HANG_SECONDS, export, fifos=[label])
 
 
-@_NEEDS_IS_ANY_FILE
 def test_a_fifo_named_train_csv_is_refused_by_name(tmp_path):
     root = make_class_folders(tmp_path / "src", {"train": 2})  # train/ beside train.csv
     os.mkfifo(os.path.join(root, "train.csv"))

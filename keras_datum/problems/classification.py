@@ -201,7 +201,7 @@ def _find_csv_layout(root, follow_links):
     found = {}
     for folder, split in SPLIT_FOLDERS.items():
         csv_path = os.path.join(root, folder + ".csv")
-        if storage.isfile(csv_path) and storage.isdir(os.path.join(root, folder)):
+        if storage.is_any_file(csv_path) and storage.isdir(os.path.join(root, folder)):
             if split in found:
                 raise ValueError(
                     f"{root!r} has both 'val.csv' and 'validation.csv'; keep one."
@@ -211,7 +211,7 @@ def _find_csv_layout(root, follow_links):
         return None
     for folder in SPLIT_FOLDERS:
         csv_path = os.path.join(root, folder + ".csv")
-        if storage.isfile(csv_path) and not storage.isdir(os.path.join(root, folder)):
+        if storage.is_any_file(csv_path) and not storage.isdir(os.path.join(root, folder)):
             raise ValueError(
                 f"{csv_path!r} has no {folder + '/'!r} folder beside it: in the CSV "
                 "layout each split's images are in the folder named after its CSV."

@@ -147,7 +147,7 @@ def _find_voc(root, follow_links):
         parsed[split] = []
         for example_id, where in ids:
             xml_path = sources.resolve_inside(annotation_dir, example_id + ".xml", where)
-            if not storage.isfile(xml_path):
+            if not storage.is_any_file(xml_path):
                 raise ValueError(f"{where}: no annotation file {xml_path!r}.")
             extra.append(xml_path)
             filename, objects = parse_voc_xml(xml_path)
@@ -424,7 +424,7 @@ def _yolo_folders(root):
         names = sources.visible_subdirs(images_root)
         where, folders = images_root, sources.split_folders(names, images_root, _yolo_split)
         pairs = {s: (os.path.join(images_root, f), os.path.join(labels_root, f)) for s, f in folders.items()}
-    elif any(storage.isfile(os.path.join(root, n)) for n in ("data.yaml", "classes.txt")):
+    elif any(storage.is_any_file(os.path.join(root, n)) for n in ("data.yaml", "classes.txt")):
         # A split with only one of the two is named by `_find_yolo`.
         names = [
             name for name in sources.visible_subdirs(root)
@@ -470,7 +470,7 @@ def _find_yolo(root, follow_links):
     if folders is None:
         return None
     yaml_path = os.path.join(root, "data.yaml")
-    if storage.isfile(yaml_path):
+    if storage.is_any_file(yaml_path):
         class_names, class_file = _yolo_names_from_yaml(yaml_path), yaml_path
     else:
         class_names, class_file = sources.read_class_names(root)
@@ -496,7 +496,7 @@ def _find_yolo(root, follow_links):
             boxes, classes = [], []
             # Fingerprinted even when missing, so that adding one re-exports.
             extra.append(label_path)
-            if storage.isfile(label_path):
+            if storage.is_any_file(label_path):
                 boxes, classes = parse_yolo_labels(label_path, len(class_names))
             records.append(_record(root, image_path, boxes, classes, "rel_center_xywh"))
         splits[split] = records

@@ -32,7 +32,7 @@ _JSON_SPLITS = sources.SPLIT_NAMES
 
 
 def find_layout(root, follow_links=False):
-    if storage.isfile(os.path.join(root, "train.json")):
+    if storage.is_any_file(os.path.join(root, "train.json")):
         return _find_json(root)
     if not _has_text_files(root, follow_links):
         return None
@@ -88,7 +88,7 @@ def _find_json(root):
     rows_by_split, extra = {}, []
     for file_split, split in _JSON_SPLITS.items():
         path = os.path.join(root, file_split + ".json")
-        if not storage.isfile(path):
+        if not storage.is_any_file(path):
             continue
         if split in rows_by_split:
             raise ValueError(f"{root!r} has both val.json and validation.json; keep one.")
