@@ -334,7 +334,10 @@ class DatumDataset:
             `"text"`, or `None` to detect it from the layout. Defaults to `None`.
         on_invalid: `"skip"` leaves unreadable images out and reports them in
             `invalid_files.json` in the cache; `"raise"` stops the export at
-            the first one. Defaults to `"skip"`.
+            the first one. At read time (an image that fails to decode
+            although the export checked it), `"skip"` drops it with a
+            `RuntimeWarning` naming it and `"raise"` stops naming its shard,
+            record and source file. Defaults to `"skip"`.
         reexport: `"auto"` exports again when the source or the export
             options changed, `"never"` uses an existing cache as it is,
             `"always"` exports on every first use. Defaults to `"auto"`.
@@ -987,6 +990,7 @@ class DatumDataset:
             cache=self._cache_decoded(meta, split),
             data_service=data_service,
             guard=guard,
+            on_invalid=self._on_invalid,
         )
         if distribute.num_workers(strategy) > 1:
             # Multi-worker training: each worker's input pipeline reads its

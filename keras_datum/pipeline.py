@@ -3,7 +3,10 @@
 Everything here is graph code: no Python runs per example.
 """
 
+import functools
 import os
+import sys
+import warnings
 
 import tensorflow as tf
 
@@ -188,7 +191,10 @@ def _checked(blocks, paths, counts):
     """`_shard_blocks`' output, counted per shard; a shard that ends short, or
     goes past its count (checked on the block that does, before its records
     reach the split's count check, which names no file), raises
-    `InvalidArgumentError` with its path and what to run."""
+    `InvalidArgumentError` with its path and what to run.
+
+    Each block comes with its shard's index and the index of its first
+    record in the shard: where each record comes from, for `_guarded_decode`."""
     paths = tf.constant(paths, tf.string)
     counts = tf.constant(counts, tf.int64)
 
@@ -208,8 +214,9 @@ def _checked(blocks, paths, counts):
         ok = (tf.logical_not(is_end) | tf.equal(seen[index], counts[index])) & (
             seen[index] <= counts[index]
         )
+        start = seen[index] - tf.size(block, out_type=tf.int64)
         with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-            return seen, tf.identity(block)  # The end marker's block is empty.
+            return seen, (tf.identity(block), index, start)  # An end marker's block is empty.
 
     # Built inside a function: a `scan` made at the top adds its function
     # to the global graph, where it stays for good (about 1 MB for each
@@ -275,15 +282,20 @@ def _guarded(files, guard):
     return files.map(check)
 
 
-def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block, guard=None):
+def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block, guard=None,
+                       places=False):
     """The split's serialized examples in blocks (1-D string tensors): shard
     files interleaved in parallel, a block at a time, every shard's length
     checked (and the cache's identity, with `guard`: see `_guarded`). Empty
-    blocks can occur."""
+    blocks can occur. With `places`, each block comes as `(records, shard
+    index, index of each record in its shard)`."""
     if not paths:
         # An empty split (a validation split that rounds to no file): no
         # blocks, but of the usual structure, so the rest builds as usual.
-        return tf.data.TFRecordDataset(tf.constant([], tf.string)).batch(block)
+        empty = tf.data.TFRecordDataset(tf.constant([], tf.string)).batch(block)
+        if places:
+            empty = empty.map(lambda b: (b, tf.zeros_like(b, tf.int64), tf.zeros_like(b, tf.int64)))
+        return empty
     indices = tf.range(len(paths), dtype=tf.int64)
     files = tf.data.Dataset.from_tensor_slices(
         (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64), indices)
@@ -298,7 +310,16 @@ def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block,
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
-    return _checked(blocks, paths, counts)
+    checked = _checked(blocks, paths, counts)
+    if places:
+        return checked.map(
+            lambda records, index, start: (
+                records,
+                tf.fill(tf.shape(records), index),
+                start + tf.range(tf.size(records, out_type=tf.int64)),
+            )
+        )
+    return checked.map(lambda records, index, start: records)
 
 
 def file_names(meta, cache_dir, split, guard=None):
@@ -319,15 +340,17 @@ def file_names(meta, cache_dir, split, guard=None):
 
 
 def _serialized(
-    paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block, guard
+    paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block, guard,
+    places=False,
 ):
-    """The split's serialized examples, one at a time (see `_serialized_blocks`).
+    """The split's serialized examples, one at a time (see `_serialized_blocks`;
+    with `places`, each as `(record, shard index, index in the shard)`).
 
     `whole` is False when each reader sees only part of the split (tf.data
     service workers), so the split's count cannot be asserted.
     """
     dataset = _serialized_blocks(
-        paths, counts, shuffle_files, seed, deterministic, block, guard
+        paths, counts, shuffle_files, seed, deterministic, block, guard, places
     ).unbatch()
     if not whole:
         return dataset
@@ -393,9 +416,139 @@ def decoded_bytes(meta, split, options):
     return info["num_examples"] * (height * width * channels + labels + 64)
 
 
+_NAME_SPEC = {"source/filename": tf.io.FixedLenFeature([], tf.string, default_value="")}
+
+
+def _place_message(paths, shard, record):
+    """Names a record: its shard, its index there and its source file (read
+    from the shard: only when an example fails, so no step per example)."""
+    path = tf.gather(tf.constant(paths, tf.string), shard)
+    serialized = tf.data.TFRecordDataset(path).skip(record).take(1).get_single_element()
+    name = tf.io.parse_single_example(serialized, _NAME_SPEC)["source/filename"]
+    return tf.strings.join(
+        ["record ", tf.strings.as_string(record), " of shard ", path, " (source file ",
+         name, ")"]
+    )
+
+
+def _warn_skipped(message):
+    # From a tf.data thread: no caller of the user's to point to.
+    warnings.warn(message.numpy().decode("utf-8", "backslashreplace"), RuntimeWarning,
+                  stacklevel=1)
+    return 0
+
+
+def _report_skipped(service):
+    """How a skipped example is reported: a Python warning, or (on tf.data
+    service workers, which run no Python) a line on standard error."""
+
+    def report(message):
+        if service:
+            tf.print(message, output_stream=sys.stderr)
+            return tf.constant(0)
+        return tf.py_function(_warn_skipped, [message], tf.int32)
+
+    return report
+
+
+def _placeholder(decode):
+    """A function giving an element of `decode`'s structure (empty where a
+    size is unknown): what the end marker of `_guarded_decode` decodes to."""
+    spec = tf.data.Dataset.from_tensors(tf.constant("", tf.string)).map(decode).element_spec
+
+    def make():
+        return tf.nest.map_structure(
+            lambda s: tf.zeros([0 if d is None else d for d in s.shape], s.dtype), spec
+        )
+
+    return make
+
+
+def _numbered(examples, decode, finite):
+    """`(record, shard, index)` elements -> `(number, is_end, place of the
+    element before, decoded)`, in order; a `finite` stream gets an end
+    marker. An element that fails to decode is dropped."""
+    placeholder = _placeholder(decode)
+    marked = examples.map(lambda record, shard, index: (record, shard, index, False))
+    if finite:
+        zero = tf.constant(0, tf.int64)
+        marked = marked.concatenate(tf.data.Dataset.from_tensors(("", zero, zero, True)))
+
+    def number(state, element):
+        record, shard, index, is_end = element
+        return (state[0] + 1, shard, index), (state[0], record, is_end, state[1:])
+
+    start = (tf.constant(0, tf.int64), tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))
+    return marked.scan(start, number).map(
+        lambda count, record, is_end, before: (
+            count, is_end, before, tf.cond(is_end, placeholder, lambda: decode(record))
+        ),
+        num_parallel_calls=AUTOTUNE, deterministic=True,
+    ).ignore_errors()
+
+
+def _guarded_decode(examples, decode, paths, split, on_invalid, finite, service=False,
+                    quiet=False):
+    """Decodes `(record, shard index, index in shard)` elements with `decode`,
+    guarding against images that fail to decode although the export checked
+    them (a shard damaged since, another machine's decoder).
+
+    Such an example is dropped (`ignore_errors`) and noticed by the gap it
+    leaves in the numbered stream (the decode keeps the order); each
+    element carries the place of the one before it, which names the one
+    that failed. With `on_invalid="raise"` that raises
+    `InvalidArgumentError` naming the shard, the record and the source
+    file; with `"skip"` it is reported (`_report_skipped`, unless `quiet`)
+    with the count so far, and the count again when a `finite` epoch ends.
+    """
+    report = _report_skipped(service)
+    if quiet is not False:
+        loud = report
+
+        def report(message):
+            return tf.cond(quiet, lambda: tf.constant(0), lambda: loud(message))
+
+    def failed(place, skipped):
+        if on_invalid == "raise":
+            message = tf.strings.join(
+                [f"An example of the {split} split does not decode: ", place, ". It passed "
+                 "the export check, so the shard was damaged since, or TensorFlow decodes "
+                 "differently on this machine. Export again (reexport=always), or pass "
+                 "on_invalid=skip to leave such examples out."])
+            done = tf.debugging.Assert(tf.equal(skipped, 0), [message])
+        else:
+            done = report(tf.strings.join(
+                [f"Skipped an example of the {split} split that does not decode: ", place,
+                 "; ", tf.strings.as_string(skipped), " skipped in this epoch."]))
+        with tf.control_dependencies([done]):
+            return tf.constant(0)
+
+    def check(state, element):
+        expected, skipped = state
+        count, is_end, (shard, index), decoded = element
+        skipped += count - expected
+        problem = tf.cond(
+            count > expected,
+            lambda: failed(_place_message(paths, shard, index), skipped),
+            lambda: tf.constant(0),
+        )
+        summary = tf.cond(is_end & (skipped > 0), lambda: report(tf.strings.join(
+            [f"{split}: ", tf.strings.as_string(skipped), " examples that do not decode "
+             "were skipped in this epoch; their places went to other examples of the "
+             "split."])), lambda: tf.constant(0))
+        with tf.control_dependencies([problem, summary]):
+            skipped = tf.where(is_end, tf.constant(0, tf.int64), skipped)
+        return (count + 1, skipped), (is_end, decoded)
+
+    numbered = _numbered(examples, decode, finite)
+    checked = numbered.scan((tf.constant(0, tf.int64),) * 2, check)
+    return checked.filter(lambda is_end, _: tf.logical_not(is_end)).map(lambda _, d: d)
+
+
 def _examples(
     paths, counts, meta, options, *, batch_decoder, cache, shuffle, repeat, seed,
     deterministic, buffer, shuffle_files, whole, shard_by_example, block, guard,
+    on_invalid="raise", split="train", service=False,
 ):
     """The split's decoded examples, one at a time: shuffled, repeated and
     cached as asked (see `build`). `shard_by_example` is `(index, count)`
@@ -411,6 +564,7 @@ def _examples(
         dataset = _serialized(
             paths, counts, num_examples, shuffle_files, seed,
             deterministic or shard_by_example is not None, whole, block, guard,
+            places=batch_decoder is None,
         )
     if shard_by_example is not None:
         dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
@@ -427,11 +581,22 @@ def _examples(
             if whole and shard_by_example is None and finite:
                 dataset = _with_count(dataset, num_examples)
             return dataset
-        return dataset.map(
-            lambda s: then(decode_example(s, meta, options)),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
+        guarded = functools.partial(
+            _guarded_decode, dataset, lambda s: then(decode_example(s, meta, options)),
+            paths, split, on_invalid, finite, service,
         )
+        # The guard drops failing examples, so tf.data no longer knows the
+        # count: it is asserted again, as the stream before the guard had it.
+        count = tf.get_static_value(dataset.cardinality())
+        if count is None or count == tf.data.UNKNOWN_CARDINALITY:
+            return guarded()
+        if count == tf.data.INFINITE_CARDINALITY or on_invalid == "raise":
+            return _with_count(guarded(), count)
+        # The epoch keeps its length (Keras's steps, `len()`): the places of
+        # skipped examples go to the first examples of a second, quiet pass,
+        # which is only read when an example was skipped.
+        passes = tf.data.Dataset.range(2).flat_map(lambda second: guarded(quiet=second > 0))
+        return _with_count(passes.take(count), count)
 
     if cache:
         # Decode once, keep uint8 pixels at the target size in memory, and
@@ -568,6 +733,7 @@ def build(
     data_service=None,
     shard_subset=None,
     guard=None,
+    on_invalid="raise",
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
@@ -582,6 +748,8 @@ def build(
     shard file from the `index`-th: one worker's share of the split (every
     `count`-th example when there are fewer files than workers). With
     `guard` (see `_guarded`), a cache exported over since is refused.
+    An example that fails to decode raises naming it, or with
+    `on_invalid="skip"` is skipped and reported (see `_guarded_decode`).
     """
     if data_service:
         # Each worker gets other shards in every epoch: a worker-side cache
@@ -646,6 +814,7 @@ def build(
             shuffle=shuffle, repeat=repeat, seed=seed, deterministic=deterministic,
             buffer=buffer, shuffle_files=shuffle_files, whole=whole,
             shard_by_example=shard_subset if by_example else None, block=block, guard=guard,
+            on_invalid=on_invalid, split=split, service=bool(data_service),
         )
         batched = early = False
         labels_spec = dataset.element_spec.get("labels")

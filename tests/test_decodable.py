@@ -4,67 +4,21 @@ TensorFlow refuses are reported at export, never met in an epoch."""
 import io
 import json
 import os
-import struct
-import zlib
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import fit_one_epoch
+from hostile_data import jpeg
+from hostile_data import marker_in_scan
+from hostile_data import photo
+from hostile_data import png
+from hostile_data import png_missing_last_row
+from hostile_data import png_with_critical_chunk
 from PIL import Image
 
 from keras_datum import DatumDataset
 from keras_datum import InvalidImageError
-
-
-def _photo(size=(240, 320), seed=0):
-    """A photo-like RGB array: a gradient with noise (entropy data to damage)."""
-    rng = np.random.default_rng(seed)
-    height, width = size
-    ramp = np.linspace(0, 255, height * width * 3).reshape(height, width, 3)
-    return (ramp + rng.normal(0, 30, ramp.shape)).clip(0, 255).astype(np.uint8)
-
-
-def _jpeg(pixels, **kwargs):
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90, **kwargs)
-    return buffer.getvalue()
-
-
-def _png(pixels):
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _chunk(kind, data):
-    body = kind + data
-    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-
-def _png_missing_last_row(pixels):
-    """A PNG whose image data holds every row but the last, checksums right."""
-    height, width, channels = pixels.shape
-    color_type = {1: 0, 3: 2, 4: 6}[channels]
-    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
-    rows = b"".join(b"\x00" + pixels[y].tobytes() for y in range(height - 1))
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header)
-            + _chunk(b"IDAT", zlib.compress(rows)) + _chunk(b"IEND", b""))
-
-
-def _png_with_critical_chunk(pixels):
-    """A valid PNG with an unknown critical chunk (valid CRC) before IDAT."""
-    data = _png(pixels)
-    at = data.index(b"IDAT") - 4
-    return data[:at] + _chunk(b"XYZW", b"\x00\x01") + data[at:]
-
-
-def _marker_in_scan(data):
-    """`data` with `FF E1` in the middle of its entropy-coded data."""
-    scan = data.index(b"\xff\xda")
-    start = scan + 2 + int.from_bytes(data[scan + 2 : scan + 4], "big")
-    middle = (start + len(data)) // 2
-    return data[:middle] + b"\xff\xe1" + data[middle + 2:]
 
 
 def _refuses(data):
@@ -80,7 +34,7 @@ def _dataset(root, files, **kwargs):
     for name in ("a", "b"):
         os.makedirs(root / name, exist_ok=True)
         for i in range(4):
-            (root / name / f"good{i}.jpg").write_bytes(_jpeg(_photo(seed=i)))
+            (root / name / f"good{i}.jpg").write_bytes(jpeg(photo(seed=i)))
     for name, data in files.items():
         (root / "a" / name).write_bytes(data)
     kwargs = {"image_size": (224, 224), "batch_size": 4, **kwargs}
@@ -104,14 +58,13 @@ def _read_all(ds):
 
 @pytest.fixture
 def hostile_files():
-    photo = _photo()
     files = {
-        "marker.jpg": _marker_in_scan(_jpeg(photo)),
-        "missing_row_rgb.png": _png_missing_last_row(_photo((80, 80))),
-        "missing_row_rgba.png": _png_missing_last_row(
-            np.dstack([_photo((32, 32)), np.full((32, 32), 200, np.uint8)])
+        "marker.jpg": marker_in_scan(jpeg(photo())),
+        "missing_row_rgb.png": png_missing_last_row(photo((80, 80))),
+        "missing_row_rgba.png": png_missing_last_row(
+            np.dstack([photo((32, 32)), np.full((32, 32), 200, np.uint8)])
         ),
-        "critical_chunk.png": _png_with_critical_chunk(_photo((40, 40))),
+        "critical_chunk.png": png_with_critical_chunk(photo((40, 40))),
     }
     for name, data in files.items():
         # Each is a file TensorFlow's decoder refuses and Pillow reads.
@@ -133,7 +86,7 @@ def test_files_tensorflow_refuses_are_reported_at_export_and_never_read(tmp_path
 
 
 def test_a_file_tensorflow_refuses_raises_naming_it_with_on_invalid_raise(tmp_path):
-    bad = _marker_in_scan(_jpeg(_photo()))
+    bad = marker_in_scan(jpeg(photo()))
     with pytest.raises(InvalidImageError, match=r"marker\.jpg.*TensorFlow's decoder refuses"):
         _dataset(tmp_path / "src", {"marker.jpg": bad}, on_invalid="raise").num_examples
     assert not os.path.exists(str(tmp_path / "src") + ".cache")
@@ -142,7 +95,7 @@ def test_a_file_tensorflow_refuses_raises_naming_it_with_on_invalid_raise(tmp_pa
 def test_a_damaged_jpeg_that_the_size_cap_converts_is_left_out(tmp_path):
     # Shrunk at export (over the cap): Pillow would decode it, its missing
     # blocks filled in, and store it as a clean image.
-    bad = _marker_in_scan(_jpeg(_photo()))
+    bad = marker_in_scan(jpeg(photo()))
     ds = _dataset(tmp_path / "src", {"marker.jpg": bad}, image_size=(32, 32))
     assert "libjpeg" in _report(ds)["a/marker.jpg"]
     assert _read_all(ds) == 8
@@ -187,8 +140,8 @@ def _mutants(count, seed=0):
     pixels): one byte set to 0xFF, a byte flipped, or the file cut."""
     rng = np.random.default_rng(seed)
     sources = [
-        ("jpg", _jpeg(_photo())), ("jpg", _jpeg(_photo(seed=1), progressive=True)),
-        ("png", _png(_photo((80, 80)))), ("png", _png(_photo((32, 32)))),
+        ("jpg", jpeg(photo())), ("jpg", jpeg(photo(seed=1), progressive=True)),
+        ("png", png(photo((80, 80)))), ("png", png(photo((32, 32)))),
     ]
     files = {}
     for i in range(count):
@@ -224,3 +177,57 @@ def test_every_mutated_file_is_reported_at_export_or_read_and_trained_on(tmp_pat
     assert 0 < len(report) < len(files)
     assert _read_all(ds) == kept  # The read path decodes every kept file.
     fit_one_epoch(ds, (*options["image_size"], 3))
+
+
+def _damage_stored_image(ds, split, position):
+    """Rewrites the shard holding the `position`-th example of an unshuffled
+    read of `split`, with that example's image damaged (valid record CRCs,
+    the same count): what a decoder that differs, or damage the CRC cannot
+    see, would give. Returns the example's source file."""
+    names = [os.path.relpath(p, ds.source) for p in ds.file_paths(split)]
+    target = names[position]
+    for shard in ds.info["splits"][split]["shards"]:
+        path = os.path.join(ds.cache_dir, shard["file"])
+        records = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+        for i, raw in enumerate(records):
+            example = tf.train.Example.FromString(raw)
+            feature = example.features.feature
+            if feature["source/filename"].bytes_list.value[0].decode() == target:
+                image = feature["image"].bytes_list.value
+                image[0] = image[0][: len(image[0]) // 2]  # Cut: TensorFlow refuses it.
+                records[i] = example.SerializeToString()
+                with tf.io.TFRecordWriter(path) as writer:
+                    for record in records:
+                        writer.write(record)
+                return target
+    raise AssertionError(target)
+
+
+@pytest.mark.parametrize("position", [0, -1])  # A gap inside the epoch, and at its end.
+def test_an_image_that_fails_at_read_time_raises_naming_shard_record_and_file(tmp_path,
+                                                                             position):
+    ds = _dataset(tmp_path / "src", {}, on_invalid="raise")
+    target = _damage_stored_image(ds, "val", position)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"record \d+ of shard .*val-\d+-of-\d+\.tfrecord "
+                             rf"\(source file {target}\)"):
+        for _ in ds.val():
+            pass
+
+
+@pytest.mark.parametrize("position", [0, -1])
+def test_an_image_that_fails_at_read_time_is_skipped_and_counted_with_skip(tmp_path,
+                                                                          position):
+    ds = _dataset(tmp_path / "src", {}, validation_split=0.5)
+    target = _damage_stored_image(ds, "val", position)
+    val = ds.val(batch_size=None)
+    assert len(val) == ds.num_examples["val"]  # Keras's steps stay right.
+    with pytest.warns(RuntimeWarning) as caught:
+        seen = [x for x, _ in val]
+    assert len(seen) == ds.num_examples["val"]
+    messages = [str(w.message) for w in caught]
+    assert any(f"(source file {target})" in m and "1 skipped in this epoch" in m
+               for m in messages), messages
+    assert any("1 examples that do not decode were skipped in this epoch" in m
+               for m in messages), messages
+    fit_one_epoch(ds, (224, 224, 3))
