@@ -1,12 +1,12 @@
 """Checking a written cache: record CRCs, counts against the metadata, the metadata itself."""
 
 import os
-import re
 
 import tensorflow as tf
 
 from keras_datum import cache
 from keras_datum import datum_format
+from keras_datum import decodable
 from keras_datum import storage
 
 
@@ -21,17 +21,8 @@ def count_records(path):
         for _ in tf.data.TFRecordDataset(path):
             count += 1
     except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
-        return count, _bare(e.message)
+        return count, decodable.bare_message(e.message)
     return count, None
-
-
-def _bare(message):
-    """TensorFlow's message less the op it came from: `{{function_node
-    __wrapped__IteratorGetNext...}} corrupted record at 27457 [Op:...]`
-    -> `corrupted record at 27457`."""
-    line = message.strip().splitlines()[0]
-    line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
-    return re.sub(r"\s*\[Op:[^\]]*\](\s*name:.*)?$", "", line)
 
 
 def verify_cache(cache_dir):
