@@ -10,6 +10,8 @@ from conftest import make_class_folders
 from detection_data import draw_items
 from detection_data import write_voc
 from helpers import shard_stats
+from hostile_data import photo
+from hostile_data import png_missing_last_row
 
 from keras_datum import DatumDataset
 from keras_datum import InvalidImageError
@@ -46,12 +48,16 @@ def _assert_same_cache(local, beam):
 def test_multiprocessing_direct_runner_matches_the_local_export(tmp_path, monkeypatch, capsys):
     root = make_class_folders(tmp_path / "src", {"a": 30, "b": 30, "c": 20})
     (tmp_path / "src" / "b" / "broken.png").write_bytes(b"not a png")
+    # Pillow reads it, TensorFlow refuses it: the Beam workers check with
+    # TensorFlow's decoders too.
+    (tmp_path / "src" / "c" / "row.png").write_bytes(png_missing_last_row(photo((80, 80))))
     monkeypatch.setattr(export, "MIN_EXAMPLES_PER_SHARD", 8)  # Several shards per split.
-    with pytest.warns(UserWarning, match="1 invalid files"):
+    with pytest.warns(UserWarning, match="2 invalid files"):
         local = DatumDataset(root, cache_dir=tmp_path / "local", verbose=False)
         local.export()
+    assert "TensorFlow's decoder refuses it" in str(local.invalid_files)
     capsys.readouterr()
-    with pytest.warns(UserWarning, match="1 invalid files"):
+    with pytest.warns(UserWarning, match="2 invalid files"):
         beam = DatumDataset(root, cache_dir=tmp_path / "beam", verbose=True)
         beam.export(runner="DirectRunner", beam_options=MULTI_PROCESSING)
     # The shards were written by Beam's worker processes, not by this one.
@@ -62,17 +68,18 @@ def test_multiprocessing_direct_runner_matches_the_local_export(tmp_path, monkey
     )
     assert pids and os.getpid() not in pids and len(pids) == int(report.group(2)) <= 2
     assert len(beam.info["splits"]["train"]["shards"]) > 2
-    assert beam.num_examples == {"train": 64, "val": 16}
-    assert beam.invalid_files == [
-        {"split": "train", "file": "b/broken.png", "reason": beam.invalid_files[0]["reason"]}
-    ]
+    assert beam.num_examples == {"train": 65, "val": 15}
+    reasons = {entry["file"]: (entry["split"], entry["reason"]) for entry in beam.invalid_files}
+    assert sorted(reasons) == ["b/broken.png", "c/row.png"]
+    assert reasons["b/broken.png"][0] == "train"
+    assert reasons["c/row.png"][1].startswith("TensorFlow's decoder refuses it")
     _assert_same_cache(local, beam)
 
     # A DatumDataset on the same source and cache reuses the Beam export.
     before = shard_stats(beam)
     again = DatumDataset(root, cache_dir=tmp_path / "beam", verbose=False)
     labels = [int(y) for _, y in again.train(batch_size=None, shuffle=False)]
-    assert len(labels) == 64 and sorted(set(labels)) == [0, 1, 2]
+    assert len(labels) == 65 and sorted(set(labels)) == [0, 1, 2]
     assert shard_stats(again) == before
 
 
