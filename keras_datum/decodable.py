@@ -26,6 +26,8 @@ import re
 
 import tensorflow as tf
 
+from keras_datum import encode
+
 _SPEC = {
     "image": tf.io.FixedLenFeature([], tf.string),
     "image/format": tf.io.FixedLenFeature([], tf.string),
@@ -70,29 +72,35 @@ def image_refusal(data, image_format, pixels=b""):
     return None
 
 
-def _decoded_indices(path):
-    """Indices (in file order) of the records of shard `path` that decode."""
+def _decoded_indices(path, parallel):
+    """Indices (in file order) of the records of shard `path` that decode,
+    `parallel` at a time (`tf.data.AUTOTUNE`: as many as there are cores)."""
     dataset = tf.data.TFRecordDataset(path).enumerate()
     dataset = dataset.map(
         lambda index, serialized: (index, _checked_size(serialized)),
-        num_parallel_calls=tf.data.AUTOTUNE,
+        num_parallel_calls=parallel,
         deterministic=False,
     )
     dataset = dataset.ignore_errors().map(lambda index, _: index).batch(_BATCH)
     return {int(i) for block in dataset.as_numpy_iterator() for i in block}
 
 
-def undecodable_records(path, num_records):
+def undecodable_records(path, num_records, largest_pixels=0):
     """The records of a written shard whose image TensorFlow refuses.
 
     Args:
         path: a shard written by the export (`image` features).
         num_records: how many records it holds.
+        largest_pixels: the most pixels a stored image of the shard has. A
+            shard with an image whose decode (4 bytes a pixel at most)
+            takes more than `encode.HUGE_IMAGE_BYTES` is decoded one image
+            at a time, as the export workers decode such images.
 
     Returns:
         `{source file (relative path): reason}`, empty when every image decodes.
     """
-    decoded = _decoded_indices(path)
+    huge = 4 * largest_pixels > encode.HUGE_IMAGE_BYTES
+    decoded = _decoded_indices(path, 1 if huge else tf.data.AUTOTUNE)
     if len(decoded) == num_records:
         return {}
     refused = {}

@@ -201,6 +201,12 @@ def encode_shard(problem_name, feature_spec, export_options, on_invalid, folder,
     )
 
 
+def _largest_pixels(tally):
+    """An upper bound of the pixels of a shard's largest stored image."""
+    heights, widths = tally.sizes.get("height"), tally.sizes.get("width")
+    return heights[1] * widths[1] if heights and widths else 0
+
+
 # Writes of one shard: the first, and again without what TensorFlow refused
 # (a deterministic write refuses nothing more the second time).
 _MAX_WRITES = 3
@@ -221,7 +227,7 @@ def check_shard(problem_name, feature_spec, export_options, on_invalid, folder, 
     refused = {}
     path = storage.join(folder, shard[0])
     for _ in range(_MAX_WRITES):
-        found = decodable.undecodable_records(path, tally.num_examples)
+        found = decodable.undecodable_records(path, tally.num_examples, _largest_pixels(tally))
         if not found:
             return tally
         refused.update(found)

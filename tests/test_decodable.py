@@ -231,3 +231,18 @@ def test_an_image_that_fails_at_read_time_is_skipped_and_counted_with_skip(tmp_p
     assert any("1 examples that do not decode were skipped in this epoch" in m
                for m in messages), messages
     fit_one_epoch(ds, (224, 224, 3))
+
+
+def test_shards_of_huge_images_are_checked_one_image_at_a_time_and_alike(tmp_path,
+                                                                         monkeypatch):
+    from keras_datum import decodable
+    from keras_datum import encode
+
+    seen = []
+    decoded_indices = decodable._decoded_indices
+    monkeypatch.setattr(decodable, "_decoded_indices",
+                        lambda path, parallel: seen.append(parallel) or decoded_indices(path, parallel))
+    monkeypatch.setattr(encode, "HUGE_IMAGE_BYTES", 1000)  # Any 320x240 image is huge.
+    ds = _dataset(tmp_path / "src", {"marker.jpg": marker_in_scan(jpeg(photo()))})
+    assert list(_report(ds)) == ["a/marker.jpg"]
+    assert seen and set(seen) == {1}

@@ -220,14 +220,29 @@ def features(info):
     return {**images.IMAGE_FEATURES, "mask": {"dtype": "string", "shape": []}}
 
 
+# Peak bytes per mask pixel while a mask is read and stored (decoded, as an
+# array, as uint8, its values counted, resized, encoded): an estimate on the
+# high side of the 32-bit modes', for `encode.huge_image_slot`.
+MASK_BYTES_PER_PIXEL = 16
+
+
 def _read_mask(path):
+    """A mask's class indices as uint8, read one huge mask at a time across
+    the export's workers (see `encode.huge_image_slot`)."""
     try:
         mask = Image.open(io.BytesIO(storage.read_bytes(path)))
-        mask.load()
+        with encode_lib.huge_image_slot(MASK_BYTES_PER_PIXEL * mask.width * mask.height):
+            mask.load()
+            return _mask_values(mask, path)
+    except encode_lib.InvalidExampleError:
+        raise
     except FileNotFoundError:
         raise encode_lib.InvalidExampleError(f"mask file not found: {path}") from None
     except Exception as e:
         raise encode_lib.InvalidExampleError(f"mask {path} is not a readable image ({e})") from None
+
+
+def _mask_values(mask, path):
     if mask.mode not in ("P", "L", "I", "I;16", "1"):
         raise encode_lib.InvalidExampleError(
             f"mask {path} is a {mask.mode} image; masks must be palette or "
