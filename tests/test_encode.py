@@ -429,3 +429,28 @@ def test_32_bit_images_share_one_scale(tmp_path, dtype, value, stored):
         assert Image.open(path).mode == ("F" if dtype == np.float32 else "I")
         seen.append(int(_decode(encode_image(str(path)), channels=1)[3, 3, 0]))
     assert seen == [stored, stored]
+
+
+@pytest.mark.parametrize("mode, size", [("RGB", (300, 410)), ("RGB", (1200, 1600)), ("L", (640, 480))])
+def test_a_jpeg_over_the_cap_has_the_pixels_pillows_draft_decode_gave(tmp_path, mode, size):
+    # simplejpeg's strict decode replaced Pillow's draft decode: the same
+    # libjpeg-turbo at the same DCT scale gives the same stored bytes.
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels).convert(mode)
+    path = tmp_path / "x.jpg"
+    image.save(path, quality=90)
+    max_side = 96
+    encoded = encode_image(str(path), max_side=max_side)
+
+    expected = Image.open(path)
+    width, height = expected.size
+    scale = max(max_side / max(width, height), (max_side // 2) / min(width, height))
+    expected.draft(expected.mode, (int(width * scale) + 1, int(height * scale) + 1))
+    expected.load()
+    target = (max(1, round(width * scale)), max(1, round(height * scale)))
+    expected = expected.resize(target, Image.Resampling.BICUBIC, reducing_gap=2.0)
+    buffer = io.BytesIO()
+    expected.save(buffer, format="JPEG", quality=95)
+    assert (encoded.width, encoded.height) == target
+    assert encoded.data == buffer.getvalue()
