@@ -7,9 +7,9 @@ from keras_datum.problems import PROBLEM_NAMES
 from keras_datum.version import __version__
 
 __all__ = [
+    "PROBLEM_NAMES",
     "CacheError",
     "DatumDataset",
     "InvalidImageError",
-    "PROBLEM_NAMES",
     "__version__",
 ]

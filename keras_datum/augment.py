@@ -175,9 +175,10 @@ def _generators(layer):
     for value in vars(layer).values():
         values = value if isinstance(value, list) else [value]
         for item in values:
-            if isinstance(item, (keras.random.SeedGenerator, tf.random.Generator)):
-                if all(item is not f for f in found):
-                    found.append(item)
+            if isinstance(item, (keras.random.SeedGenerator, tf.random.Generator)) and all(
+                item is not f for f in found
+            ):
+                found.append(item)
     return found
 
 

@@ -62,7 +62,7 @@ _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32}
 # Serialized examples parsed at a time when counting classes.
 SCAN_BATCH = 256
 # Class counts already taken in this process, by export fingerprint and column.
-_SCANNED = {}
+_SCANNED: dict[tuple, object] = {}
 # Counts and shapes are int64 in TensorFlow; a larger number in a JSON file
 # fits no tensor.
 _COUNT_LIMIT = 2**63

@@ -95,7 +95,7 @@ def carve_validation(records, validation_split, seed):
     val_indices = set()
     for members in strata.values():  # In order of first appearance.
         # Never take a class's last training example.
-        count = min(int(round(len(members) * validation_split)), len(members) - 1)
+        count = min(round(len(members) * validation_split), len(members) - 1)
         chosen = rng.permutation(len(members))[:count]
         val_indices.update(members[i] for i in chosen)
     train = [r for i, r in enumerate(records) if i not in val_indices]

@@ -207,8 +207,8 @@ def _checked(blocks, paths, counts):
             [
                 "Shard ", paths[index], " is damaged: it yielded ",
                 tf.strings.as_string(seen[index]), " of its ",
-                tf.strings.as_string(counts[index]), " records. Run "
-                "`keras-datum verify` on the cache, then export again.",
+                tf.strings.as_string(counts[index]), (" records. Run "
+                "`keras-datum verify` on the cache, then export again."),
             ]
         )
         ok = (tf.logical_not(is_end) | tf.equal(seen[index], counts[index])) & (
@@ -511,10 +511,10 @@ def _guarded_decode(examples, decode, paths, split, on_invalid, finite, service=
     def failed(place, skipped):
         if on_invalid == "raise":
             message = tf.strings.join(
-                [f"An example of the {split} split does not decode: ", place, ". It passed "
+                [f"An example of the {split} split does not decode: ", place, (". It passed "
                  "the export check, so the shard was damaged since, or TensorFlow decodes "
                  "differently on this machine. Export again (reexport=always), or pass "
-                 "on_invalid=skip to leave such examples out."])
+                 "on_invalid=skip to leave such examples out.")])
             done = tf.debugging.Assert(tf.equal(skipped, 0), [message])
         else:
             done = report(tf.strings.join(
@@ -533,9 +533,9 @@ def _guarded_decode(examples, decode, paths, split, on_invalid, finite, service=
             lambda: tf.constant(0),
         )
         summary = tf.cond(is_end & (skipped > 0), lambda: report(tf.strings.join(
-            [f"{split}: ", tf.strings.as_string(skipped), " examples that do not decode "
+            [f"{split}: ", tf.strings.as_string(skipped), (" examples that do not decode "
              "were skipped in this epoch; their places went to other examples of the "
-             "split."])), lambda: tf.constant(0))
+             "split.")])), lambda: tf.constant(0))
         with tf.control_dependencies([problem, summary]):
             skipped = tf.where(is_end, tf.constant(0, tf.int64), skipped)
         return (count + 1, skipped), (is_end, decoded)

@@ -152,7 +152,7 @@ def getsize(path):
     return stat(path)[0]
 
 
-def open(path, mode="r", encoding=None, newline=None, buffering=-1):  # noqa: A001
+def open(path, mode="r", encoding=None, newline=None, buffering=-1):
     """`open`, or a `tf.io.gfile.GFile` for a URL (text or binary by `mode`;
     `buffering` is for local files).
 

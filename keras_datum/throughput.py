@@ -196,8 +196,8 @@ def report(result):
     mb = 1024 * 1024
     decoded_cache = result["cache"]
     lines = [
-        f"{result['split']}: {result['examples']} examples, batches of "
-        f"{result['batch_size']}, {result['cores']} cores",
+        (f"{result['split']}: {result['examples']} examples, batches of "
+        f"{result['batch_size']}, {result['cores']} cores"),
         f"export: {result['export_seconds']:.1f} s"
         if result["exported"]
         else "export: none, a datum export is read in place"

@@ -47,7 +47,7 @@ def verify_cache(cache_dir):
             return [f"{cache_dir!r} holds no keras_datum cache (no {cache.METADATA_FILE})."]
         splits = meta["splits"]
     problems = []
-    for split, info in splits.items():
+    for info in splits.values():
         for shard in info["shards"]:
             path = os.path.join(cache_dir, shard["file"])
             if not storage.isfile(path):

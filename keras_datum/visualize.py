@@ -42,7 +42,7 @@ def _caption(label, class_names):
         ]
         return " / ".join(parts) or "(none)"
     if label.shape == (1,) and len(class_names) == 2:  # binary
-        return class_names[int(round(float(label[0])))]
+        return class_names[round(float(label[0]))]
     return ", ".join(f"{v:.3g}" for v in label.reshape(-1)[:3])
 
 
@@ -135,8 +135,8 @@ def summary_text(meta, invalid_files):
     """The dataset card: layout, classes with per-split counts, sizes, invalid files."""
     lines = [
         f"Dataset card: {meta['source']}",
-        f"  problem: {meta['problem']}, layout: {meta['layout']}, "
-        f"exported {meta['created']} by keras_datum {meta['keras_datum_version']}",
+        (f"  problem: {meta['problem']}, layout: {meta['layout']}, "
+        f"exported {meta['created']} by keras_datum {meta['keras_datum_version']}"),
     ]
     splits = meta["splits"]
     lines.append(

@@ -163,7 +163,7 @@ def _check_loose_files(folder, formats, what, has_records):
         return
     message = (
         f"{folder!r} holds {len(loose)} {what} outside the class folders "
-        f"(such as {sorted(loose)[0]!r}); they have no class"
+        f"(such as {min(loose)!r}); they have no class"
     )
     if not has_records:
         raise ValueError(f"{message}, and the folder has no other {what}. Move them "

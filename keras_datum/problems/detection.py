@@ -23,7 +23,7 @@ area (counted as `boxes_dropped`). Images without objects are kept. COCO
 import math
 import os
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 import tensorflow as tf
 

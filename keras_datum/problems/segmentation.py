@@ -238,7 +238,7 @@ def _read_mask(path):
         raise
     except FileNotFoundError:
         raise encode_lib.InvalidExampleError(f"mask file not found: {path}") from None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (Pillow raises many types for bad data)
         raise encode_lib.InvalidExampleError(f"mask {path} is not a readable image ({e})") from None
 
 

@@ -217,7 +217,7 @@ def _words(text):
     return tf.strings.split(text)
 
 
-_BATCH_COUNTS = {}
+_BATCH_COUNTS: dict[tuple, int] = {}
 
 
 def batch_count(paths, batch_size, options):
