@@ -4,7 +4,7 @@ The driver (the process that calls `export`) plans the export exactly as the
 local exporter does: the layout, the validation carve and which records go,
 in which order, to which shard. The pipeline then writes the shards, one
 shard per element, each on whichever worker gets it: the worker reads and
-validates its images with the same `export.encode_example` and writes the
+validates its images with the same `shard_writer.encode_example` and writes the
 shard and a small JSON tally beside it. Back on the driver, the tallies
 become the metadata, and the export commits as a local one does. So a Beam
 export and a local export of the same folder hold the same bytes.
@@ -25,7 +25,7 @@ import json
 import os
 import socket
 
-from keras_datum import export
+from keras_datum import shard_writer
 from keras_datum import sources
 from keras_datum import storage
 
@@ -136,12 +136,12 @@ def _write_one_shard(task, problem_name, feature_spec, export_options, folder, o
     with storage.open(os.path.join(folder, PLAN_FOLDER, name + ".json")) as f:
         records = [sources.ExampleRecord(**fields) for fields in json.load(f)]
     shard = (name, records)
-    tally = export.encode_shard(
+    tally = shard_writer.encode_shard(
         problem_name, feature_spec, export_options, on_invalid, folder, split, shard
     )
     # A Beam worker may run TensorFlow: it checks its own shard, as the
     # exporting process does for the local writers.
-    tally = export.check_shard(
+    tally = shard_writer.check_shard(
         problem_name, feature_spec, export_options, on_invalid, folder, split, shard, tally
     )
     writer = f"{socket.gethostname()}:{os.getpid()}"
@@ -215,7 +215,7 @@ def write_shards(
         for name, _ in shards:
             with storage.open(os.path.join(folder, TALLY_FOLDER, name + ".json")) as f:
                 written = json.load(f)
-            tallies[split].append(export.SplitStats.from_json(written["tally"]))
+            tallies[split].append(shard_writer.SplitStats.from_json(written["tally"]))
             writers.add(written["writer"])
     if verbose:
         print(

@@ -22,6 +22,12 @@ from keras_datum import storage
 SCHEMA_VERSION = 1
 METADATA_FILE = "metadata.json"
 REPORT_FILE = "invalid_files.json"
+# TFDS's files beside the shards (written by `tfds_metadata`).
+FEATURES_FILE = "features.json"
+DATASET_INFO_FILE = "dataset_info.json"
+# Stored in every example besides the problem's features: the source file,
+# relative to the source folder (for reports and `file_paths`).
+SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
 _SHARD_NAME = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.tfrecord$")
 
 
@@ -233,10 +239,8 @@ def is_cache_folder(path):
             return True
     except (OSError, ValueError):
         pass
-    # A damaged cache of ours, or someone's file. (tfds_metadata imports this module.)
-    from keras_datum import tfds_metadata
-
-    return storage.isfile(os.path.join(path, tfds_metadata.FEATURES_FILE))
+    # A damaged cache of ours, or someone's file.
+    return storage.isfile(os.path.join(path, FEATURES_FILE))
 
 
 @contextlib.contextmanager

@@ -31,11 +31,10 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from keras_datum import cache
-from keras_datum import decodable
 from keras_datum import encode
 from keras_datum import notices
 from keras_datum import problems
-from keras_datum import records as record_files
+from keras_datum import shard_writer
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum import tfds_metadata
@@ -58,7 +57,6 @@ PROCESS_POOL_MIN_EXAMPLES = 1000
 # that memory stays flat.
 WINDOW_PER_WORKER = 8
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
-SOURCE_FEATURES = {"source/filename": {"dtype": "string", "shape": []}}
 # In a remote cache folder while its files are replaced one by one.
 COMMIT_MARKER = ".keras_datum_commit"
 # Written into each folder an export makes beside the cache (its temporary
@@ -151,179 +149,6 @@ def plan_shards(records, count, rng):
     return np.argsort(keys, kind="stable"), shard_of
 
 
-def example_encoder(feature_spec):
-    """Serializes a problem's features plus the source file name (see
-    `records.ExampleEncoder`).
-
-    `feature_spec` gives each feature's type, so that an empty list (an
-    image without boxes) is still stored with the right type.
-    """
-    spec = {**feature_spec, **SOURCE_FEATURES}
-    return record_files.ExampleEncoder({name: s["dtype"] for name, s in spec.items()})
-
-
-def encode_example(problem_name, options, encoder, record, refused=None):
-    """Reads, validates and serializes one record (in a thread or a process).
-
-    `refused` maps source files that TensorFlow's decoders refused in an
-    earlier write of the shard (see `check_shard`) to the reason.
-
-    Returns:
-        `(serialized example, stats)`, or `(InvalidExampleError, None)`.
-    """
-    if refused and record.relpath in refused:
-        return encode.InvalidImageError(refused[record.relpath]), None
-    problem = problems.get(problem_name)
-    try:
-        features, stats = problem.encode(record, options)
-    except encode.InvalidExampleError as e:
-        return e, None
-    features["source/filename"] = record.relpath.encode("utf-8", "surrogateescape")
-    return encoder(features), stats
-
-
-def encode_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard,
-                 refused=None):
-    """Reads, validates and writes one whole shard; returns its `SplitStats`.
-
-    What an export worker process (or a Beam worker) does with a shard of
-    the plan: `shard` is `(file name, records in write order)`. Its images
-    still need TensorFlow's check (`check_shard`), which a forked worker
-    cannot make.
-    """
-    name, members = shard
-    encode_one = functools.partial(
-        encode_example, problem_name, export_options, example_encoder(feature_spec),
-        refused=refused,
-    )
-    return write_shard(
-        storage.join(folder, name), split, members, map(encode_one, members), on_invalid
-    )
-
-
-def _largest_pixels(tally):
-    """An upper bound of the pixels of a shard's largest stored image."""
-    heights, widths = tally.sizes.get("height"), tally.sizes.get("width")
-    return heights[1] * widths[1] if heights and widths else 0
-
-
-# Writes of one shard: the first, and again without what TensorFlow refused
-# (a deterministic write refuses nothing more the second time).
-_MAX_WRITES = 3
-
-
-def check_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard,
-                tally):
-    """TensorFlow's check of a written shard (see `decodable`): a shard
-    holding images that TensorFlow's decoders refuse is written again
-    without them, and they are reported as invalid (or, with
-    `on_invalid="raise"`, raise naming the file).
-
-    Returns:
-        The shard's `SplitStats`: `tally` when every image decodes.
-    """
-    if "image" not in feature_spec:
-        return tally  # Text: nothing to decode.
-    refused = {}
-    path = storage.join(folder, shard[0])
-    for _ in range(_MAX_WRITES):
-        found = decodable.undecodable_records(path, tally.num_examples, _largest_pixels(tally))
-        if not found:
-            return tally
-        refused.update(found)
-        tally = encode_shard(problem_name, feature_spec, export_options, on_invalid, folder,
-                             split, shard, refused)
-    raise RuntimeError(f"{path}: TensorFlow refused its images again after {_MAX_WRITES} writes.")
-
-
-class SplitStats:
-    """What one shard (or, merged, one split) of an export holds.
-
-    Counts the examples written per class and the invalid ones left out, and
-    adds up the stats that a problem's `encode` returns for each example:
-    `height`/`width` give image size statistics; other integers are summed
-    (boxes clipped, boxes dropped); lists of ints are counted per value
-    (objects per class); sets are merged (mask values seen). Tallies of
-    shards written apart (by Beam workers) merge into the split's, and travel
-    as JSON.
-    """
-
-    def __init__(self):
-        self.num_examples = 0
-        self.class_counts = collections.Counter()
-        self.invalid = []
-        # [min, max, sum, count] of each side, so that shards merge.
-        self.sizes = {}
-        self.sums = collections.Counter()
-        self.counts = collections.defaultdict(collections.Counter)
-        self.unions = collections.defaultdict(set)
-
-    def add(self, stratum, stats):
-        self.num_examples += 1
-        self.class_counts[stratum] += 1
-        for key, value in stats.items():
-            if key in ("height", "width"):
-                low, high, total, count = self.sizes.get(key, (value, value, 0, 0))
-                self.sizes[key] = (min(low, value), max(high, value), total + value, count + 1)
-            elif isinstance(value, int):
-                self.sums[key] += value
-            elif isinstance(value, list):
-                self.counts[key].update(value)
-            else:
-                self.unions[key].update(value)
-
-    def merge(self, other):
-        self.num_examples += other.num_examples
-        self.class_counts.update(other.class_counts)
-        self.invalid += other.invalid
-        for key, (low, high, total, count) in other.sizes.items():
-            mine = self.sizes.get(key, (low, high, 0, 0))
-            self.sizes[key] = (
-                min(mine[0], low), max(mine[1], high), mine[2] + total, mine[3] + count
-            )
-        self.sums.update(other.sums)
-        for key, counter in other.counts.items():
-            self.counts[key].update(counter)
-        for key, values in other.unions.items():
-            self.unions[key].update(values)
-
-    def to_json(self):
-        return {
-            "num_examples": self.num_examples,
-            # Strata are class indices or None; JSON keys must be strings.
-            "class_counts": [[k, v] for k, v in self.class_counts.items()],
-            "invalid": self.invalid,
-            "sizes": self.sizes,
-            "sums": dict(self.sums),
-            "counts": {k: [[v, n] for v, n in c.items()] for k, c in self.counts.items()},
-            "unions": {k: sorted(int(v) for v in s) for k, s in self.unions.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data):
-        tally = cls()
-        tally.num_examples = data["num_examples"]
-        tally.class_counts.update({k: v for k, v in data["class_counts"]})
-        tally.invalid = list(data["invalid"])
-        tally.sizes = {k: tuple(v) for k, v in data["sizes"].items()}
-        tally.sums.update(data["sums"])
-        for key, pairs in data["counts"].items():
-            tally.counts[key].update({v: n for v, n in pairs})
-        for key, values in data["unions"].items():
-            tally.unions[key].update(values)
-        return tally
-
-    def as_dict(self, num_classes):
-        out = {"image_sizes": _size_stats(self.sizes)}
-        out.update(self.sums)
-        for key, counter in self.counts.items():
-            size = max(num_classes, max(counter, default=-1) + 1)
-            out[key] = [counter[i] for i in range(size)]
-        for key, values in self.unions.items():
-            out[key] = sorted(int(v) for v in values)
-        return out
-
-
 def _ordered_map(fn, items, workers):
     """`map(fn, items)` on a thread pool, in order, at most a window ahead.
 
@@ -361,41 +186,9 @@ def plan_split(records, split, seed, min_shards=1, file_sizes=None):
     return [(cache.shard_name(split, i, count), m) for i, m in enumerate(members)]
 
 
-def write_shard(path, split, records, results, on_invalid, progress=None):
-    """Writes one shard; returns its `SplitStats`.
-
-    Args:
-        path: the shard file.
-        split: the split's name, for the invalid-file report.
-        records: the shard's records in write order.
-        results: `encode_example`'s results for `records`, in the same
-            order (an iterator: only `len(records)` are taken from it).
-        on_invalid: `"skip"` reports invalid examples, `"raise"` raises.
-        progress: called once per example, when given.
-    """
-    tally = SplitStats()
-    with record_files.RecordWriter(path) as writer:  # Even an empty shard exists.
-        for record, (result, stats) in zip(records, results):
-            if progress is not None:
-                progress()
-            if isinstance(result, encode.InvalidExampleError):
-                if on_invalid == "raise":
-                    raise type(result)(
-                        f"Invalid example {record.path!r}: {result}. Pass "
-                        "on_invalid='skip' to leave such files out."
-                    )
-                tally.invalid.append(
-                    {"split": split, "file": record.relpath, "reason": str(result)}
-                )
-                continue
-            writer.write(result)
-            tally.add(record.stratum, stats)
-    return tally
-
-
 def split_metadata(shards, tallies, num_classes):
     """The split's metadata from its shards' tallies; and its invalid entries."""
-    total = SplitStats()
+    total = shard_writer.SplitStats()
     for tally in tallies:
         total.merge(tally)
     info = {
@@ -478,7 +271,7 @@ def _write_in_processes(problem, spec, export_options, plans, folder, on_invalid
             for (split, shard), tally in zip(tasks, pool.imap(write, tasks)):
                 # TensorFlow's check, here in the parent, while the workers
                 # write the next shards.
-                tally = check_shard(problem.NAME, spec, export_options, on_invalid, folder,
+                tally = shard_writer.check_shard(problem.NAME, spec, export_options, on_invalid, folder,
                                     split, shard, tally)
                 progress.update(tally.num_examples + len(tally.invalid))
                 tallies[split].append(tally)
@@ -487,7 +280,7 @@ def _write_in_processes(problem, spec, export_options, plans, folder, on_invalid
 
 def _write_task(problem_name, spec, export_options, on_invalid, folder, task):
     split, shard = task
-    return encode_shard(problem_name, spec, export_options, on_invalid, folder, split, shard)
+    return shard_writer.encode_shard(problem_name, spec, export_options, on_invalid, folder, split, shard)
 
 
 def _write_in_threads(problem, spec, export_options, plans, folder, on_invalid, progress,
@@ -499,7 +292,8 @@ def _write_in_threads(problem, spec, export_options, plans, folder, on_invalid, 
     busy across shard boundaries. Pillow releases the GIL while it decodes.
     """
     encode_one = functools.partial(
-        encode_example, problem.NAME, export_options, example_encoder(spec)
+        shard_writer.encode_example, problem.NAME, export_options,
+        shard_writer.example_encoder(spec),
     )
     tallies = {}
     for split, shards in plans.items():
@@ -507,9 +301,9 @@ def _write_in_threads(problem, spec, export_options, plans, folder, on_invalid, 
         results = _ordered_map(encode_one, ordered, workers)
         try:
             tallies[split] = [
-                check_shard(
+                shard_writer.check_shard(
                     problem.NAME, spec, export_options, on_invalid, folder, split, shard,
-                    write_shard(storage.join(folder, shard[0]), split, shard[1], results,
+                    shard_writer.write_shard(storage.join(folder, shard[0]), split, shard[1], results,
                                 on_invalid, lambda: progress.update(1)),
                 )
                 for shard in shards
@@ -527,19 +321,12 @@ def _split_bytes(records, file_sizes):
     return sum(sizes) + sum(len(t) for t in texts)
 
 
-def _size_stats(sizes):
-    return {
-        name: {"min": int(low), "mean": float(total / count), "max": int(high)}
-        for name, (low, high, total, count) in sorted(sizes.items())
-    }
-
-
 # What an export writes into its folder besides the fixed files: the next
 # export replaces them all.
 _OWN_NAME = re.compile(r".+-\d{5,}-of-\d{5,}\.tfrecord|.+\.labels\.txt")
 _OWN_FILES = (
-    cache.METADATA_FILE, cache.REPORT_FILE, tfds_metadata.FEATURES_FILE,
-    tfds_metadata.DATASET_INFO_FILE, COMMIT_MARKER,
+    cache.METADATA_FILE, cache.REPORT_FILE, cache.FEATURES_FILE,
+    cache.DATASET_INFO_FILE, COMMIT_MARKER,
 )
 # What file managers, notebooks and NFS write into a folder just by being
 # near it: an export replaces them with the rest. Any other hidden file
@@ -763,7 +550,7 @@ def export_layout(
             "class_names": layout.info["class_names"],
             "label_spec": layout.info["label_spec"],
             "splits": split_info,
-            "features": {**SOURCE_FEATURES, **feature_spec},
+            "features": {**cache.SOURCE_FEATURES, **feature_spec},
             "export_options": export_options,
             "validation_carve": {
                 "carved": carved,

@@ -10,8 +10,8 @@ import warnings
 
 import tensorflow as tf
 
+from keras_datum import cache
 from keras_datum import datum_format
-from keras_datum import export
 from keras_datum import images
 from keras_datum import problems
 from keras_datum import storage
@@ -37,7 +37,7 @@ def parse_spec(features):
     """
     spec = {}
     for name, feature in features.items():
-        if name in export.SOURCE_FEATURES:
+        if name in cache.SOURCE_FEATURES:
             continue
         dtype = _DTYPES[feature["dtype"]]
         if feature["shape"] is None:

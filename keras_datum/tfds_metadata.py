@@ -38,8 +38,8 @@ import re
 from keras_datum import cache
 from keras_datum import storage
 
-DATASET_INFO_FILE = "dataset_info.json"
-FEATURES_FILE = "features.json"
+DATASET_INFO_FILE = cache.DATASET_INFO_FILE
+FEATURES_FILE = cache.FEATURES_FILE
 # TFDS expands `{SPLIT}` and `{SHARD_X_OF_Y}` (`00000-of-00008`) and
 # `{FILEFORMAT}` (`tfrecord`): exactly `cache.shard_name`.
 FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
