@@ -153,6 +153,9 @@ class EncodedImage:
     source_size: tuple  # (height, width) of the upright source image.
     pixels: bytes = b""  # Raw uint8 pixels (row-major), for small lossless images.
     channels: int = 0  # Channels of `pixels` (1 or 3); 0 when there are none.
+    # Whether the checks here settle that TensorFlow's decoders read `data`;
+    # when not, the export decodes it with them (`decodable`).
+    settled: bool = True
 
 
 def _raw_pixels(image):
@@ -297,23 +300,55 @@ def check_png_stream(png):
 
     Pillow fills in rows missing from a short stream, and TensorFlow's
     decoder refuses such a file; libspng skips the checksum. With this
-    check, the rows are what any decoder reads.
+    check, the rows are what any decoder reads. The stream is inflated a
+    piece at a time, so a huge image takes no more memory than a piece.
 
     Raises:
         InvalidImageError: the image data is damaged, short or too long.
     """
+    rows = _png_row_bytes(png)
+    need = sum(rows)
+    # Where rows start: every `rows[0]` bytes, unless interlaced.
+    starts = np.cumsum([0] + rows[:-1]) if png.interlace else rows[0] if rows else 1
+    inflater = zlib.decompressobj()
+    pending, seen = b"".join(png.image_data), 0
     try:
-        stream = zlib.decompress(b"".join(png.image_data))
+        while pending or seen == 0:
+            piece = inflater.decompress(pending, _INFLATE_PIECE)
+            pending = inflater.unconsumed_tail
+            _check_filter_types(piece, seen, starts)
+            seen += len(piece)
+            if seen > need or not piece:
+                break
+        if seen <= need:
+            rest = inflater.flush()  # Output zlib still holds once all input is in.
+            _check_filter_types(rest, seen, starts)
+            seen += len(rest)
     except zlib.error as e:
         raise InvalidImageError(f"damaged PNG (its image data: {e})") from e
-    rows = _png_row_bytes(png)
-    if len(stream) != sum(rows):
-        raise InvalidImageError(
-            f"damaged PNG (its image data holds {len(stream)} bytes, its "
-            f"{png.width}x{png.height} pixels need {sum(rows)})"
-        )
-    starts = np.cumsum([0] + rows[:-1])
-    if len(starts) and np.frombuffer(stream, np.uint8)[starts].max() > 4:
+    size = f"its {png.width}x{png.height} pixels need {need} bytes"
+    if seen > need:
+        raise InvalidImageError(f"damaged PNG (its image data holds more: {size})")
+    if seen < need or not inflater.eof:
+        raise InvalidImageError(f"damaged PNG (its image data holds {seen} bytes: {size})")
+
+
+# Image data inflated at a time by `check_png_stream`.
+_INFLATE_PIECE = 4 << 20
+
+
+def _check_filter_types(piece, offset, starts):
+    """Raises if a row starting in `piece` (at `offset` in the stream) has
+    a filter type byte over 4 (libpng: "bad adaptive filter value").
+    `starts`: the rows' start offsets, or the row length when all rows
+    have one (no interlace: a slice then, no NumPy for a tiny image)."""
+    if isinstance(starts, int):
+        first = -offset % starts
+        bad = max(piece[first::starts], default=0) > 4
+    else:
+        inside = starts[(starts >= offset) & (starts < offset + len(piece))] - offset
+        bad = len(inside) and np.frombuffer(piece, np.uint8)[inside].max() > 4
+    if bad:
         raise InvalidImageError("damaged PNG (a row has an unknown filter type)")
 
 
@@ -365,14 +400,15 @@ def _upright_size(image, orientation):
 def encode_image(path, max_side=None):
     """Reads, validates and, where needed, converts one image file.
 
-    A file stored as it is (a JPEG, a PNG) is not decoded here: the export
-    decodes every such image with TensorFlow's own decoders once its shard
-    is written (`decodable.undecodable_records`), since those are what the
-    read path uses, and they refuse files that Pillow reads (a marker inside
-    a JPEG's scan data, a PNG with rows missing). Small PNGs, whose raw
-    pixels are stored too, are decoded here instead, and their image data is
-    checked as libpng checks it (`check_png_stream`); TensorFlow then need
-    not decode them. Converted images are decoded by Pillow.
+    A file stored as it is (a JPEG, a PNG) must decode with TensorFlow's
+    decoders, which the read path uses and which refuse files that Pillow
+    reads (a marker inside a JPEG's scan data, a PNG with rows missing). A
+    check at least as strict settles it here: a strict libjpeg decode at
+    1/8 scale, libpng's checks of a PNG's image data (`check_png_stream`).
+    An image it does not settle (`EncodedImage.settled`) is decoded by
+    TensorFlow once its shard is written (see `decodable`). Small PNGs,
+    whose raw pixels are stored too, are decoded here. Converted images
+    are decoded here, strictly for JPEGs (`_strict_jpeg`).
 
     Args:
         path: the image file.
@@ -574,15 +610,51 @@ def _raw_sized(image):
 
 
 def _kept(data, opened, png):
-    """The `EncodedImage` of a file stored as it is."""
+    """The `EncodedImage` of a file stored as it is, settled when the checks
+    here pass (see `_strict_jpeg_decodes`, `check_png_stream`)."""
     image = opened.image
     raw = (b"", 0)
-    if png is not None:
+    if png is None:
+        settled = _strict_jpeg_decodes(data)
+    else:
         raw = _raw_pixels(image)
-        if raw[1]:  # TensorFlow will not decode it at export: libpng's checks here.
+        if raw[1]:  # Raw pixels are read back: the stream must be exact.
             check_png_stream(png)
+            settled = True
+        else:
+            settled = _png_stream_settled(png)
     return EncodedImage(data, opened.format.lower(), image.height, image.width,
-                        opened.source_size, *raw)
+                        opened.source_size, *raw, settled=settled)
+
+
+def _strict_jpeg_decodes(data):
+    """Whether libjpeg-turbo decodes a JPEG without a warning (simplejpeg's
+    strict mode, at 1/8 scale: every block is still entropy-decoded).
+
+    TensorFlow's decoder (the same libjpeg) refuses a file with some of
+    libjpeg's warnings and reads others: one that decodes strictly, it
+    reads (`tests/test_decodable.py` fuzzes that). One that does not is
+    left to TensorFlow's own decoder to judge, at export.
+    """
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", min_width=1, min_height=1,
+                               min_factor=8, strict=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _png_stream_settled(png):
+    """Whether a PNG's image data passes `check_png_stream` (and a palette
+    image has its palette): then libpng reads it. When not, TensorFlow's
+    decoder judges it at export (libpng reads some streams with extra data)."""
+    if png.color_type == 3 and b"PLTE" not in png.chunk_types:
+        return False
+    try:
+        check_png_stream(png)
+    except InvalidImageError:
+        return False
+    return True
 
 
 def _converted(opened, max_side):

@@ -56,6 +56,8 @@ def encode_features(path, max_side=None):
         # reader decodes whole batches at once (`pipeline._batch_decoder`).
         "raw_images": int(image.channels > 0),
         "raw_channels": {image.channels} if image.channels else set(),
+        # Taken out by the shard writer: TensorFlow's decoders judge it.
+        "unsettled": not image.settled,
     }
     return features, stats, image.source_size
 

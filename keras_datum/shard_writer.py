@@ -68,12 +68,6 @@ def encode_shard(problem_name, feature_spec, export_options, on_invalid, folder,
     )
 
 
-def _largest_pixels(tally):
-    """An upper bound of the pixels of a shard's largest stored image."""
-    heights, widths = tally.sizes.get("height"), tally.sizes.get("width")
-    return heights[1] * widths[1] if heights and widths else 0
-
-
 # Writes of one shard: the first, and again without what TensorFlow refused
 # (a deterministic write refuses nothing more the second time).
 _MAX_WRITES = 3
@@ -81,21 +75,23 @@ _MAX_WRITES = 3
 
 def check_shard(problem_name, feature_spec, export_options, on_invalid, folder, split, shard,
                 tally):
-    """TensorFlow's check of a written shard (see `decodable`): a shard
-    holding images that TensorFlow's decoders refuse is written again
-    without them, and they are reported as invalid (or, with
-    `on_invalid="raise"`, raise naming the file).
+    """TensorFlow's check of a written shard's unsettled images (see
+    `encode.EncodedImage.settled` and `decodable`): a shard holding images
+    that TensorFlow's decoders refuse is written again without them, and
+    they are reported as invalid (or, with `on_invalid="raise"`, raise
+    naming the file).
 
     Returns:
         The shard's `SplitStats`: `tally` when every image decodes.
     """
-    if "image" not in feature_spec:
-        return tally  # Text: nothing to decode.
     refused = {}
     path = storage.join(folder, shard[0])
     for _ in range(_MAX_WRITES):
-        found = decodable.undecodable_records(path, tally.num_examples, _largest_pixels(tally))
+        if not tally.unsettled:
+            return tally
+        found = decodable.undecodable_records(path, set(tally.unsettled))
         if not found:
+            tally.unsettled = []
             return tally
         refused.update(found)
         tally = encode_shard(problem_name, feature_spec, export_options, on_invalid, folder,
@@ -124,6 +120,9 @@ class SplitStats:
         self.sums = collections.Counter()
         self.counts = collections.defaultdict(collections.Counter)
         self.unions = collections.defaultdict(set)
+        # Source files whose stored image the export's own checks did not
+        # settle: TensorFlow's decoders judge them (`check_shard`).
+        self.unsettled = []
 
     def add(self, stratum, stats):
         self.num_examples += 1
@@ -143,6 +142,7 @@ class SplitStats:
         self.num_examples += other.num_examples
         self.class_counts.update(other.class_counts)
         self.invalid += other.invalid
+        self.unsettled += other.unsettled
         for key, (low, high, total, count) in other.sizes.items():
             mine = self.sizes.get(key, (low, high, 0, 0))
             self.sizes[key] = (
@@ -160,6 +160,7 @@ class SplitStats:
             # Strata are class indices or None; JSON keys must be strings.
             "class_counts": [[k, v] for k, v in self.class_counts.items()],
             "invalid": self.invalid,
+            "unsettled": self.unsettled,
             "sizes": self.sizes,
             "sums": dict(self.sums),
             "counts": {k: [[v, n] for v, n in c.items()] for k, c in self.counts.items()},
@@ -172,6 +173,7 @@ class SplitStats:
         tally.num_examples = data["num_examples"]
         tally.class_counts.update({k: v for k, v in data["class_counts"]})
         tally.invalid = list(data["invalid"])
+        tally.unsettled = list(data.get("unsettled", []))
         tally.sizes = {k: tuple(v) for k, v in data["sizes"].items()}
         tally.sums.update(data["sums"])
         for key, pairs in data["counts"].items():
@@ -219,6 +221,8 @@ def write_shard(path, split, records, results, on_invalid, progress=None):
                 )
                 continue
             writer.write(result)
+            if stats.pop("unsettled", False):
+                tally.unsettled.append(record.relpath)
             tally.add(record.stratum, stats)
     return tally
 

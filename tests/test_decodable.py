@@ -233,16 +233,15 @@ def test_an_image_that_fails_at_read_time_is_skipped_and_counted_with_skip(tmp_p
     fit_one_epoch(ds, (224, 224, 3))
 
 
-def test_shards_of_huge_images_are_checked_one_image_at_a_time_and_alike(tmp_path,
-                                                                         monkeypatch):
+def test_only_images_the_export_cannot_settle_are_decoded_by_tensorflow(tmp_path,
+                                                                       monkeypatch):
     from keras_datum import decodable
-    from keras_datum import encode
 
-    seen = []
-    decoded_indices = decodable._decoded_indices
-    monkeypatch.setattr(decodable, "_decoded_indices",
-                        lambda path, parallel: seen.append(parallel) or decoded_indices(path, parallel))
-    monkeypatch.setattr(encode, "HUGE_IMAGE_BYTES", 1000)  # Any 320x240 image is huge.
-    ds = _dataset(tmp_path / "src", {"marker.jpg": marker_in_scan(jpeg(photo()))})
+    decoded = []
+    refusal = decodable.image_refusal
+    monkeypatch.setattr(decodable, "image_refusal",
+                        lambda *args: decoded.append(args[0]) or refusal(*args))
+    bad = marker_in_scan(jpeg(photo()))
+    ds = _dataset(tmp_path / "src", {"marker.jpg": bad})
     assert list(_report(ds)) == ["a/marker.jpg"]
-    assert seen and set(seen) == {1}
+    assert decoded == [bad]  # The 8 good JPEGs were settled by the strict decode.

@@ -23,7 +23,9 @@ def _validated(path, max_side=None):
     check of the stored bytes (`decodable`), which it makes once the shard
     is written."""
     encoded = encode_image(path, max_side)
-    reason = decodable.image_refusal(encoded.data, encoded.format, encoded.pixels)
+    reason = None
+    if not encoded.settled:
+        reason = decodable.image_refusal(encoded.data, encoded.format, encoded.pixels)
     if reason:
         raise InvalidImageError(reason)
     return encoded
