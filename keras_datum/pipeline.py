@@ -523,20 +523,29 @@ def _guarded_decode(examples, decode, paths, split, on_invalid, finite, service=
         with tf.control_dependencies([done]):
             return tf.constant(0)
 
-    def check(state, element):
-        expected, skipped = state
-        count, is_end, (shard, index), decoded = element
-        skipped += count - expected
-        problem = tf.cond(
-            count > expected,
-            lambda: failed(_place_message(paths, shard, index), skipped),
-            lambda: tf.constant(0),
-        )
+    def notice(count, expected, skipped, is_end, place):
+        """What a gap (an example that failed) or the end of the epoch says."""
+        problem = tf.cond(count > expected, lambda: failed(place(), skipped),
+                          lambda: tf.constant(0))
         summary = tf.cond(is_end & (skipped > 0), lambda: report(tf.strings.join(
             [f"{split}: ", tf.strings.as_string(skipped), (" examples that do not decode "
              "were skipped in this epoch; their places went to other examples of the "
              "split.")])), lambda: tf.constant(0))
         with tf.control_dependencies([problem, summary]):
+            return tf.constant(0)
+
+    def check(state, element):
+        expected, skipped = state
+        count, is_end, (shard, index), decoded = element
+        skipped += count - expected
+        # One branch per element; the rare one does the rest.
+        done = tf.cond(
+            (count > expected) | is_end,
+            lambda: notice(count, expected, skipped, is_end,
+                           lambda: _place_message(paths, shard, index)),
+            lambda: tf.constant(0),
+        )
+        with tf.control_dependencies([done]):
             skipped = tf.where(is_end, tf.constant(0, tf.int64), skipped)
         return (count + 1, skipped), (is_end, decoded)
 
