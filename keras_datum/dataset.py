@@ -955,10 +955,9 @@ class DatumDataset:
 
         def check_augmentations(problem_name):
             problem = problems.get(problem_name)
-            if hasattr(problem, "check_augmentation"):
-                for augmentation in augmentations:
-                    if augmentation is not None:
-                        problem.check_augmentation(augmentation, self._read_options)
+            for augmentation in augmentations:
+                if augmentation is not None:
+                    problem.check_augmentation(augmentation, self._read_options)
 
         # Before an export (once the layout is found), and for a cache read
         # as it is.
@@ -968,8 +967,7 @@ class DatumDataset:
         _check_split(meta, split)
         read_options = self._read_options_for(split, augmentations, meta, preview)
         problem = problems.get(meta["problem"])
-        if hasattr(problem, "check_split"):
-            problem.check_split(split, meta["splits"][split], read_options, augmentations)
+        problem.check_split(split, meta["splits"][split], read_options, augmentations)
         strategy = self.strategy
         if batch_size is not None:
             batch_size *= strategy.num_replicas_in_sync

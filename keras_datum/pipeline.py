@@ -106,8 +106,6 @@ def _batch_decoder(meta, split, options):
         return None
     spec = parse_spec(meta["features"])
     spec.pop("image")  # The encoded copy is not needed.
-    problem = problems.get(meta["problem"])
-
     def decode_batch(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         pixels = tf.io.decode_raw(parsed.pop("image/pixels"), tf.uint8)
@@ -119,7 +117,7 @@ def _batch_decoder(meta, split, options):
         batch.set_shape((None, *options["image_size"], want))
         # Integer, one-hot and regression labels are element-wise: the
         # problem's own labelling works on the whole batch.
-        return problem.with_labels({"images": batch}, parsed, meta, options)
+        return problems.classification.with_labels({"images": batch}, parsed, meta, options)
 
     def apply(blocks, deterministic, then=_unchanged):
         """Blocks of serialized examples -> blocks of decoded examples.
@@ -833,7 +831,7 @@ def build(
         and augment is None
         and batch_size is not None
         and not by_example
-        and not hasattr(problem, "batch")
+        and not problem.batches_itself
     ):
         # Nothing happens per example: blocks of records are decoded,
         # cached, shuffled and cut into batches as blocks.
@@ -900,12 +898,12 @@ def build(
     augment_calls = AUTOTUNE if seed is None else None
     if augment is not None:
         dataset = dataset.map(augmented(augment), num_parallel_calls=augment_calls)
-    if hasattr(problem, "batch"):
+    if problem.batches_itself:
         dataset = problem.batch(dataset, batch_size, options)
         count = (
             problem.batch_count(paths, batch_size, options)
             # An augment step may change what the batches are made by.
-            if hasattr(problem, "batch_count") and whole and not repeat and augment is None
+            if whole and not repeat and augment is None
             else None
         )
         if count is not None:
@@ -916,7 +914,7 @@ def build(
         )
     if batch_augment is not None:
         dataset = dataset.map(
-            augmented(batch_augment, then=getattr(problem, "after_batch_augment", None)),
+            augmented(batch_augment, then=problem.after_batch_augment),
             num_parallel_calls=augment_calls,
         )
     if not early:

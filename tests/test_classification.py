@@ -162,7 +162,7 @@ def test_listing_runs_with_the_cyclic_collector_paused_and_restores_it(tmp_path,
         states.append(gc.isenabled())
         return find(root, follow_links=follow_links)
 
-    monkeypatch.setattr(classification, "find_layout", spy)
+    monkeypatch.setattr(classification.PROBLEM, "find_layout", spy)
     assert gc.isenabled()
     layout = problems.find_layout(str(tmp_path / "data"))
     assert len(layout.splits["train"]) == 4

@@ -1,32 +1,9 @@
 """Problem types: each module owns its source layouts, label features and `(x, y)`.
 
-A problem module provides:
-
-- `NAME`: the problem name used in `DatumDataset(problem=...)` and metadata.
-- `find_layout(root, follow_links)`: a `Layout`, or `None` when the folder is
-  not of this problem type. Raises `ValueError` for a folder that is of this
-  type but broken.
-- `check_read_options(info, options)`: raises `ValueError` for read options
-  that this dataset cannot honour (for example `label_mode="binary"` with
-  three classes).
-- `features(info)`: the JSON feature spec of everything it stores.
-- `encode(record, options)`: `(features, stats)` for one `ExampleRecord`,
-  read and validated (`options` are the export options); raises `encode.InvalidExampleError` for an unusable example.
-  Runs in export worker threads.
-- `decode(parsed, info, options)`: the KerasCV-style dict
-  (`{"images": ..., "labels": ...}`) built from one parsed example.
-- `to_keras(inputs)`: the `(x, y)` (or `x`) handed to Keras.
-- optionally `check_augmentation(augmentation, options)`: raises `ValueError`
-  for a step that cannot handle this problem's data (a layer that ignores
-  masks, or one that blends them).
-- optionally `check_split(split, split_info, options, augmentations)`: warns
-  about what reading `split` as asked would lose (boxes past `max_boxes`).
-- optionally `batch(dataset, batch_size, options)` (`batch_size` may be None),
-  when plain `batch` does not fit its elements (ragged or padded boxes).
-- optionally `after_batch_augment(inputs, options)`: a batch as the problem
-  batches it again, after `batch_augment` (boxes padded back to `max_boxes`).
-
-The shared machinery (export, cache, pipeline) calls only these.
+A problem module defines a subclass of `base.Problem` (the hooks the
+export, the cache and the read path call, with their defaults) and one
+instance of it, `PROBLEM`, registered in `PROBLEMS` below. Adding a problem
+type is writing one module and adding it there (see docs/architecture.md).
 """
 
 import os
@@ -40,15 +17,13 @@ from keras_datum.problems import text
 # Detection order matters: the distinctive layouts are tried first, and the
 # class-folder layout, which accepts any folder of subfolders, last.
 PROBLEMS = {
-    detection.NAME: detection,
-    segmentation.NAME: segmentation,
-    text.NAME: text,
-    classification.NAME: classification,
+    module.NAME: module.PROBLEM for module in (detection, segmentation, text, classification)
 }
 PROBLEM_NAMES = tuple(PROBLEMS)
 
 
 def get(name):
+    """The registered `base.Problem` of that name."""
     return PROBLEMS[name]
 
 
@@ -60,8 +35,8 @@ def find_layout(root, problem=None, follow_links=False):
     """
     candidates = [PROBLEMS[problem]] if problem else list(PROBLEMS.values())
     with sources.collector_paused():
-        for module in candidates:
-            layout = module.find_layout(root, follow_links=follow_links)
+        for candidate in candidates:
+            layout = candidate.find_layout(root, follow_links=follow_links)
             if layout is not None:
                 _check_class_names(layout, root)
                 _check_training_examples(layout, root)

@@ -37,6 +37,7 @@ from keras_datum import images
 from keras_datum import notices
 from keras_datum import sources
 from keras_datum import storage
+from keras_datum.problems import base
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
@@ -596,3 +597,18 @@ def to_keras(inputs):
     if "labels" in inputs:
         return inputs["images"], inputs["labels"]
     return inputs["images"]
+
+
+class Classification(base.Problem):
+    """The classification problem's hooks: this module's functions."""
+
+    NAME = NAME
+    find_layout = staticmethod(find_layout)
+    features = staticmethod(features)
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+    to_keras = staticmethod(to_keras)
+    check_read_options = staticmethod(check_read_options)
+
+
+PROBLEM = Classification()

@@ -31,6 +31,7 @@ from keras_datum import images
 from keras_datum import notices
 from keras_datum import sources
 from keras_datum import storage
+from keras_datum.problems import base
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
@@ -726,3 +727,23 @@ def after_batch_augment(inputs, options):
 
 def to_keras(inputs):
     return inputs["images"], inputs["bounding_boxes"]
+
+
+class Detection(base.Problem):
+    """The detection problem's hooks: this module's functions."""
+
+    NAME = NAME
+    batches_itself = True
+    find_layout = staticmethod(find_layout)
+    features = staticmethod(features)
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+    to_keras = staticmethod(to_keras)
+    check_read_options = staticmethod(check_read_options)
+    check_augmentation = staticmethod(check_augmentation)
+    check_split = staticmethod(check_split)
+    batch = staticmethod(batch)
+    after_batch_augment = staticmethod(after_batch_augment)
+
+
+PROBLEM = Detection()

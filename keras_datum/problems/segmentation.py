@@ -32,6 +32,7 @@ from keras_datum import encode as encode_lib
 from keras_datum import images
 from keras_datum import sources
 from keras_datum import storage
+from keras_datum.problems import base
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
@@ -368,16 +369,33 @@ def _transforms_masks(layer):
         (keras_cv_base, "augment_segmentation_mask"),
         (keras_base, "transform_segmentation_masks"),
     ]
-    for base, method in checks:
-        if base is not None and issubclass(cls, base):
-            if getattr(cls, method) is not getattr(base, method):
+    for layer_base, method in checks:
+        if layer_base is not None and issubclass(cls, layer_base):
+            if getattr(cls, method) is not getattr(layer_base, method):
                 return True
             # Keras's geometric layers (RandomRotation, RandomZoom, ...) keep
             # the base's mask transform, which runs their `_transform_images`
             # with nearest-neighbour interpolation.
-            return base is keras_base and cls._transform_images is not base._transform_images
+            return (layer_base is keras_base
+                    and cls._transform_images is not layer_base._transform_images)
     return False  # Some other layer: it knows nothing of the masks key.
 
 
 def to_keras(inputs):
     return inputs["images"], tf.cast(tf.round(inputs["segmentation_masks"]), tf.int32)
+
+
+class Segmentation(base.Problem):
+    """The segmentation problem's hooks: this module's functions."""
+
+    NAME = NAME
+    find_layout = staticmethod(find_layout)
+    features = staticmethod(features)
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+    to_keras = staticmethod(to_keras)
+    check_read_options = staticmethod(check_read_options)
+    check_augmentation = staticmethod(check_augmentation)
+
+
+PROBLEM = Segmentation()

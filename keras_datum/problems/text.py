@@ -22,6 +22,7 @@ import tensorflow as tf
 from keras_datum import encode as encode_lib
 from keras_datum import sources
 from keras_datum import storage
+from keras_datum.problems import base
 from keras_datum.problems import classification
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
@@ -252,3 +253,22 @@ def to_keras(inputs):
     if "labels" in inputs:
         return inputs["text"], inputs["labels"]
     return inputs["text"]
+
+
+class Text(base.Problem):
+    """The text problem's hooks: this module's functions."""
+
+    NAME = NAME
+    batches_itself = True
+    find_layout = staticmethod(find_layout)
+    features = staticmethod(features)
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+    to_keras = staticmethod(to_keras)
+    check_read_options = staticmethod(check_read_options)
+    check_augmentation = staticmethod(check_augmentation)
+    batch = staticmethod(batch)
+    batch_count = staticmethod(batch_count)
+
+
+PROBLEM = Text()

@@ -1,0 +1,73 @@
+"""The contract of a problem type: what the export, the cache and the read path call.
+
+Each problem module (classification, detection, segmentation, text) defines
+a subclass of `Problem` whose methods are its functions, and registers one
+instance in `problems/__init__.py`. The shared machinery calls only these
+methods; a hook a problem does not need keeps its default here.
+"""
+
+
+class Problem:
+    """A problem type's hooks.
+
+    Attributes:
+        NAME: the name used in `DatumDataset(problem=...)` and the metadata.
+        batches_itself: whether `batch` replaces plain `batch` (ragged or
+            padded boxes, bucketed texts): its examples then never take the
+            read path's whole-batch decoding.
+    """
+
+    NAME = ""
+    batches_itself = False
+
+    def find_layout(self, root, follow_links=False):
+        """A `sources.Layout`, or `None` when `root` is not of this type.
+
+        Raises:
+            ValueError: `root` is of this type but broken.
+        """
+        raise NotImplementedError
+
+    def features(self, info):
+        """The JSON feature spec of everything an example stores."""
+        raise NotImplementedError
+
+    def encode(self, record, options):
+        """`(features, stats)` of one `ExampleRecord`, read and validated
+        (`options`: the export options). Runs in export workers.
+
+        Raises:
+            encode.InvalidExampleError: the example cannot be used.
+        """
+        raise NotImplementedError
+
+    def decode(self, parsed, info, options):
+        """The KerasCV-style dict (`{"images": ..., "labels": ...}`) of one
+        parsed example (graph code)."""
+        raise NotImplementedError
+
+    def to_keras(self, inputs):
+        """The `(x, y)` (or `x`) handed to Keras, from an example or a batch."""
+        raise NotImplementedError
+
+    def check_read_options(self, info, options):
+        """Raises `ValueError` for read options this dataset cannot honour."""
+
+    def check_augmentation(self, augmentation, options):
+        """Raises `ValueError` for a step that cannot handle this problem's data."""
+
+    def check_split(self, split, split_info, options, augmentations):
+        """Warns about what reading `split` as asked would lose."""
+
+    def batch(self, dataset, batch_size, options):
+        """Batches examples when plain `batch` does not fit them (see
+        `batches_itself`); `batch_size` may be None."""
+        return dataset if batch_size is None else dataset.batch(batch_size)
+
+    def batch_count(self, paths, batch_size, options):
+        """The number of batches `batch` makes of a split, or None if unknown."""
+        return
+
+    def after_batch_augment(self, inputs, options):
+        """A batch as `batch` makes it, again after `batch_augment`."""
+        return inputs
