@@ -449,34 +449,75 @@ def _report_skipped(service):
     return report
 
 
-def _placeholder(decode):
+def _labels_checked(dataset, meta):
+    """A datum export's records, each parsed once as they stream by, so that
+    its label checks (`datum_format.parse_example`: no export validated them)
+    stop the read before the guard, which would take such an error for an
+    image that does not decode. The records pass on unparsed (the first
+    component of each element, when it carries its place)."""
+
+    def check(record, *place):
+        parsed = datum_format.parse_example(record, meta)
+        with tf.control_dependencies(tf.nest.flatten(parsed)):
+            record = tf.identity(record)
+        return (record, *place) if place else record
+
+    return dataset.map(check, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+# Examples decoded under one guard at a time (see `_in_blocks`).
+GUARD_BLOCK = 128
+
+
+def _in_blocks(dataset, guard):
+    """`guard(examples, number)` (decodes examples, dropping those that fail)
+    run on blocks of `dataset`'s elements in turn, keeping their order.
+
+    The guard's `ignore_errors` then sees only the decodes of its block:
+    an error of the reading before them (a missing or damaged shard, a
+    cache exported over, a datum export's label) stops the read as it is,
+    instead of being dropped with the element it came with.
+    """
+    blocks = dataset.batch(GUARD_BLOCK).enumerate()
+    return blocks.interleave(
+        lambda number, block: guard(tf.data.Dataset.from_tensor_slices(block), number),
+        cycle_length=2, block_length=GUARD_BLOCK, num_parallel_calls=2, deterministic=True,
+    )
+
+
+def _empty_like(spec):
+    """A value of the structure `spec` describes, empty where a size is unknown."""
+    return tf.nest.map_structure(
+        lambda s: tf.zeros([0 if d is None else d for d in s.shape], s.dtype), spec
+    )
+
+
+def _placeholder(decode, example):
     """A function giving an element of `decode`'s structure (empty where a
     size is unknown): what the end marker of `_guarded_decode` decodes to."""
-    spec = tf.data.Dataset.from_tensors(tf.constant("", tf.string)).map(decode).element_spec
-
-    def make():
-        return tf.nest.map_structure(
-            lambda s: tf.zeros([0 if d is None else d for d in s.shape], s.dtype), spec
-        )
-
-    return make
+    spec = tf.data.Dataset.from_tensors(example).map(decode).element_spec
+    return lambda: _empty_like(spec)
 
 
 def _numbered(examples, decode, finite):
     """`(record, shard, index)` elements -> `(number, is_end, place of the
     element before, decoded)`, in order; a `finite` stream gets an end
     marker. An element that fails to decode is dropped."""
-    placeholder = _placeholder(decode)
+    nothing = _empty_like(examples.element_spec[0])
+    placeholder = _placeholder(decode, nothing)
     marked = examples.map(lambda record, shard, index: (record, shard, index, False))
     if finite:
         zero = tf.constant(0, tf.int64)
-        marked = marked.concatenate(tf.data.Dataset.from_tensors(("", zero, zero, True)))
+        marked = marked.concatenate(tf.data.Dataset.from_tensors((nothing, zero, zero, True)))
 
     def number(state, element):
         record, shard, index, is_end = element
         return (state[0] + 1, shard, index), (state[0], record, is_end, state[1:])
 
-    start = (tf.constant(0, tf.int64), tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))
+    # The first element's "before" is its own place: a gap can first show
+    # at the second element, naming the first.
+    first = examples.take(1).get_single_element()
+    start = (tf.constant(0, tf.int64), first[1], first[2])
     return marked.scan(start, number).map(
         lambda count, record, is_end, before: (
             count, is_end, before, tf.cond(is_end, placeholder, lambda: decode(record))
@@ -485,7 +526,7 @@ def _numbered(examples, decode, finite):
     ).ignore_errors()
 
 
-def _skipping_decode(records, decode, split, service=False, quiet=False):
+def _skipping_decode(records, decode, split, service=False, quiet=False, block=0):
     """Decodes serialized `records` with `decode`, skipping and counting the
     examples that fail although the export checked them (on_invalid="skip").
 
@@ -503,9 +544,10 @@ def _skipping_decode(records, decode, split, service=False, quiet=False):
     ).ignore_errors()
 
     quiet = tf.constant(quiet) if quiet is False else quiet
+    first_block = tf.equal(block, 0)
     second_pass = tf.constant(f"Examples of the {split} split that do not decode were skipped "
                               "in this epoch (the warnings before this one count those that "
-                              "others followed); their places went to examples of another pass.")
+                              "others followed); their places go to examples of another pass.")
 
     def check(state, element):
         expected, skipped = state
@@ -515,11 +557,13 @@ def _skipping_decode(records, decode, split, service=False, quiet=False):
 
         def say():
             so_far = tf.strings.join([(f"Skipped examples of the {split} split that do not "
-                                      "decode: "), tf.strings.as_string(skipped),
-                                      " in this epoch so far."])
+                                      "decode: "), tf.strings.as_string(gap), " (",
+                                      tf.strings.as_string(skipped), " in this block of ",
+                                      str(GUARD_BLOCK), ")."])
             return report(tf.where(quiet, second_pass, so_far))
 
-        speak = tf.where(quiet, tf.equal(expected, 0), gap > 0)  # A second pass: at its start.
+        # A second pass says so at its start.
+        speak = tf.where(quiet, first_block & tf.equal(expected, 0), gap > 0)
         done = tf.cond(speak, say, lambda: tf.constant(0))
         with tf.control_dependencies([done]):
             decoded = tf.nest.map_structure(tf.identity, decoded)
@@ -633,12 +677,18 @@ def _examples(
                 dataset = _with_count(dataset, num_examples)
             return dataset
         decode = lambda s: then(decode_example(s, meta, options))
+        if datum_format.META_KEY in meta:
+            dataset = _labels_checked(dataset, meta)
         if on_invalid == "raise":
-            guarded = functools.partial(
-                _guarded_decode, dataset, decode, paths, split, on_invalid, finite, service
-            )
+            def guard(examples, number, quiet=False):
+                return _guarded_decode(examples, decode, paths, split, on_invalid, True,
+                                       service)
         else:
-            guarded = functools.partial(_skipping_decode, dataset, decode, split, service)
+            def guard(examples, number, quiet=False):
+                return _skipping_decode(examples, decode, split, service, quiet, number)
+
+        def guarded(quiet=False):
+            return _in_blocks(dataset, functools.partial(guard, quiet=quiet))
         # The guard drops failing examples, so tf.data no longer knows the
         # count: it is asserted again, as the stream before the guard had it.
         count = tf.get_static_value(dataset.cardinality())

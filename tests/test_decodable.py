@@ -227,10 +227,10 @@ def test_an_image_that_fails_at_read_time_is_skipped_and_counted_with_skip(tmp_p
     assert len(seen) == ds.num_examples["val"]
     messages = [str(w.message) for w in caught]
     if position == 0:  # Counted by the example after it.
-        assert any("Skipped examples of the val split that do not decode: 1 in this epoch"
+        assert any("Skipped examples of the val split that do not decode: 1 (1 in this block"
                    in m for m in messages), messages
     # The places went to a second pass, which says so.
-    assert any("their places went to examples of another pass" in m for m in messages)
+    assert any("their places go to examples of another pass" in m for m in messages)
     fit_one_epoch(ds, (224, 224, 3))
 
 
@@ -246,3 +246,21 @@ def test_only_images_the_export_cannot_settle_are_decoded_by_tensorflow(tmp_path
     ds = _dataset(tmp_path / "src", {"marker.jpg": bad})
     assert list(_report(ds)) == ["a/marker.jpg"]
     assert decoded == [bad]  # The 8 good JPEGs were settled by the strict decode.
+
+
+def test_the_guard_never_skips_what_the_reading_before_it_raises(tmp_path):
+    # A missing or damaged shard is named as before, with on_invalid="skip"
+    # too: the guard drops only examples whose decode fails.
+    ds = _dataset(tmp_path / "src", {}, validation_split=0.5)
+    shard = os.path.join(ds.cache_dir, ds.info["splits"]["val"]["shards"][0]["file"])
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    with open(shard, "wb") as f:
+        f.write(bytes(data))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*val-.* is damaged"):
+        for _ in ds.val(batch_size=None):
+            pass
+    os.remove(shard)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*val-.* is missing"):
+        for _ in ds.val(batch_size=None):
+            pass
