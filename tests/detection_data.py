@@ -10,21 +10,40 @@ CLASS_NAMES = ["cat", "dog"]
 HEIGHT, WIDTH = 40, 60
 
 
-def draw_items(count=6, seed=0):
-    """[(stem, boxes as absolute xyxy, classes, pixels)] with distinct boxes."""
+def draw_items(count=6, seed=0, size=(HEIGHT, WIDTH), boxes_in=lambda index: index % 3,
+               box_sides=((8, 20), (6, 15))):
+    """[(stem, boxes as absolute xyxy, classes, pixels)] with distinct boxes.
+
+    Args:
+        size: each image's (height, width).
+        boxes_in: the number of boxes of the index-th image (by default 0, 1
+            or 2 objects: empty images too).
+        box_sides: the ranges of the boxes' widths and heights.
+    """
+    height, width = size
     rng = np.random.default_rng(seed)
     items = []
     for index in range(count):
-        pixels = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+        pixels = np.zeros((height, width, 3), np.uint8)
         boxes, classes = [], []
-        for _ in range(index % 3):  # 0, 1 or 2 objects: empty images too.
-            x1, y1 = rng.integers(0, WIDTH - 20), rng.integers(0, HEIGHT - 15)
-            w, h = rng.integers(8, 20), rng.integers(6, 15)
+        for _ in range(boxes_in(index)):
+            x1, y1 = rng.integers(0, width - 20), rng.integers(0, height - 15)
+            w, h = rng.integers(*box_sides[0]), rng.integers(*box_sides[1])
             boxes.append([int(x1), int(y1), int(x1 + w), int(y1 + h)])
             classes.append(int(rng.integers(0, 2)))
             pixels[y1 : y1 + h, x1 : x1 + w] = 255
         items.append((f"img{index:03d}", boxes, classes, pixels))
     return items
+
+
+def as_xyxy(boxes, fmt, image_size):
+    """Boxes in KerasCV format `fmt` as absolute xyxy, for comparisons."""
+    import keras_cv
+
+    return keras_cv.bounding_box.convert_format(
+        np.asarray(boxes, np.float32).reshape(-1, 4), source=fmt, target="xyxy",
+        image_shape=(*image_size, 3),
+    ).numpy()
 
 
 def write_voc(root, items, split_lists=None, class_file=True):

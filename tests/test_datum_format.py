@@ -10,10 +10,11 @@ import json
 import os
 import pathlib
 
-import keras_cv
 import numpy as np
 import pytest
 import tensorflow as tf
+from detection_data import as_xyxy
+from detection_data import draw_items
 from helpers import fit_one_epoch
 from PIL import Image
 
@@ -135,19 +136,8 @@ def classification_export(tmp_path, counts=None):
 def detection_items(count=6, seed=2):
     """[(stem, absolute xyxy boxes, 0-based classes, pixels)]; the first images
     have 5, 4, 3 boxes and the last one a single box."""
-    rng = np.random.default_rng(seed)
-    items = []
-    for index in range(count):
-        pixels = np.zeros((HEIGHT * 2, WIDTH * 2, 3), np.uint8)
-        boxes, classes = [], []
-        for _ in range(max(1, 5 - index)):
-            x1, y1 = int(rng.integers(0, 2 * WIDTH - 20)), int(rng.integers(0, 2 * HEIGHT - 15))
-            w, h = int(rng.integers(6, 20)), int(rng.integers(5, 15))
-            boxes.append([x1, y1, x1 + w, y1 + h])
-            classes.append(int(rng.integers(0, 2)))
-            pixels[y1 : y1 + h, x1 : x1 + w] = 255
-        items.append((f"img{index:03d}", boxes, classes, pixels))
-    return items
+    return draw_items(count, seed, size=(HEIGHT * 2, WIDTH * 2),
+                      boxes_in=lambda index: max(1, 5 - index), box_sides=((6, 20), (5, 15)))
 
 
 def detection_export(tmp_path, items_by_split):
@@ -300,18 +290,11 @@ def test_class_names_fewer_than_the_labels_fail_instead_of_zero_rows(tmp_path, l
 # --- Detection --------------------------------------------------------------------
 
 
-def _xyxy(boxes, fmt, image_size):
-    return keras_cv.bounding_box.convert_format(
-        np.asarray(boxes, np.float32).reshape(-1, 4), source=fmt, target="xyxy",
-        image_shape=(*image_size, 3),
-    ).numpy()
-
-
 def _match(examples, items, fmt, image_size):
     """Each example's boxes and classes are exactly one source item's."""
     remaining = {stem: (np.array(b, np.float32), c) for stem, b, c, _ in items}
     for boxes, classes in examples:
-        got = _xyxy(boxes, fmt, image_size)
+        got = as_xyxy(boxes, fmt, image_size)
         found = next(
             (
                 stem for stem, (want, want_classes) in remaining.items()

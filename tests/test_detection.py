@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
-from detection_data import CLASS_NAMES, HEIGHT, WIDTH, draw_items, write_coco, write_voc, write_yolo
+from detection_data import CLASS_NAMES, HEIGHT, WIDTH, as_xyxy, draw_items, write_coco, write_voc, write_yolo
 
 from keras_datum import DatumDataset
 
@@ -22,13 +22,6 @@ def _sources(tmp_path, kind, items):
     if kind == "coco":
         return write_coco(tmp_path / "coco", {"train": items})
     return write_yolo(tmp_path / "yolo", {"train": items})
-
-
-def _as_xyxy(boxes, fmt, image_size):
-    return keras_cv.bounding_box.convert_format(
-        np.asarray(boxes, np.float32).reshape(-1, 4), source=fmt, target="xyxy",
-        image_shape=(*image_size, 3),
-    ).numpy()
 
 
 def _examples(dataset):
@@ -42,7 +35,7 @@ def _match_sources(examples, items, fmt, image_size, tolerance):
     """Each example's boxes and classes equal exactly one source item's."""
     remaining = {stem: (np.array(b, np.float32).reshape(-1, 4), c) for stem, b, c, _ in items}
     for _, boxes, classes in examples:
-        got = _as_xyxy(boxes, fmt, image_size)
+        got = as_xyxy(boxes, fmt, image_size)
         found = None
         for stem, (want, want_classes) in remaining.items():
             if len(want) == len(got) and list(classes) == want_classes and np.allclose(got, want, atol=tolerance):
