@@ -467,6 +467,10 @@ def _labels_checked(dataset, meta):
 
 # Examples decoded under one guard at a time (see `_in_blocks`).
 GUARD_BLOCK = 128
+# Decodes of a block in parallel: as many as cores. A block's pipeline lives
+# for 128 examples, too short for AUTOTUNE to ramp its parallelism up
+# (first epochs ran about 10% longer with it, benchmarks/ab.py).
+_BLOCK_PARALLELISM = os.cpu_count() or 1
 
 
 def _in_blocks(dataset, guard):
@@ -522,7 +526,7 @@ def _numbered(examples, decode, finite):
         lambda count, record, is_end, before: (
             count, is_end, before, tf.cond(is_end, placeholder, lambda: decode(record))
         ),
-        num_parallel_calls=AUTOTUNE, deterministic=True,
+        num_parallel_calls=_BLOCK_PARALLELISM, deterministic=True,
     ).ignore_errors()
 
 
@@ -540,7 +544,7 @@ def _skipping_decode(records, decode, split, service=False, quiet=False, block=0
     report = _report_skipped(service)
     numbered = records.enumerate().map(
         lambda count, record: (count, decode(record)),
-        num_parallel_calls=AUTOTUNE, deterministic=True,
+        num_parallel_calls=_BLOCK_PARALLELISM, deterministic=True,
     ).ignore_errors()
 
     quiet = tf.constant(quiet) if quiet is False else quiet
