@@ -191,7 +191,7 @@ def _checked(blocks, paths, counts):
     `InvalidArgumentError` with its path and what to run.
 
     Each block comes with its shard's index and the index of its first
-    record in the shard: where each record comes from, for `_guarded_decode`."""
+    record in the shard: where each record comes from, for `read_guard.naming_decode`."""
     paths = tf.constant(paths, tf.string)
     counts = tf.constant(counts, tf.int64)
 
@@ -455,8 +455,7 @@ def _examples(
             dataset = read_guard.labels_checked(dataset, meta)
         if on_invalid == "raise":
             def guard(examples, number, quiet=False):
-                return read_guard.guarded_decode(examples, decode, paths, split, on_invalid, True,
-                                       service)
+                return read_guard.naming_decode(examples, decode, paths, split)
         else:
             def guard(examples, number, quiet=False):
                 return read_guard.skipping_decode(examples, decode, split, service, quiet, number)

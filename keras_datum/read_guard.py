@@ -104,7 +104,7 @@ def _empty_like(spec):
 
 def _placeholder(decode, example):
     """A function giving an element of `decode`'s structure (empty where a
-    size is unknown): what the end marker of `guarded_decode` decodes to."""
+    size is unknown): what the end marker of `naming_decode` decodes to."""
     spec = tf.data.Dataset.from_tensors(example).map(decode).element_spec
     return lambda: _empty_like(spec)
 
@@ -142,7 +142,7 @@ def skipping_decode(records, decode, split, service=False, quiet=False, block=0)
 
     The failing ones are dropped (`ignore_errors`) and counted from the
     gaps in the numbered stream (the decode keeps the order): a warning
-    gives the count so far at each. Cheaper than `guarded_decode` (one
+    gives the count so far at each. Cheaper than `naming_decode` (one
     step per example besides the decode, no place carried): this is the
     default. A second pass (`quiet`), which fills the places of skipped
     examples, says once that it does.
@@ -182,68 +182,34 @@ def skipping_decode(records, decode, split, service=False, quiet=False, block=0)
     return numbered.scan((tf.constant(0, tf.int64),) * 2, check)
 
 
-def guarded_decode(examples, decode, paths, split, on_invalid, finite, service=False,
-                    quiet=False):
-    """Decodes `(record, shard index, index in shard)` elements with `decode`,
-    guarding against images that fail to decode although the export checked
-    them (a shard damaged since, another machine's decoder).
+def naming_decode(examples, decode, paths, split):
+    """Decodes `(record, shard index, index in shard)` elements with `decode`
+    (on_invalid="raise"), stopping at an example that fails to decode
+    although the export checked it with an `InvalidArgumentError` naming
+    its shard, its record and its source file.
 
-    Such an example is dropped (`ignore_errors`) and noticed by the gap it
-    leaves in the numbered stream (the decode keeps the order); each
-    element carries the place of the one before it, which names the one
-    that failed. With `on_invalid="raise"` that raises
-    `InvalidArgumentError` naming the shard, the record and the source
-    file; with `"skip"` it is reported (`_report_skipped`, unless `quiet`)
-    with the count so far, and the count again when a `finite` epoch ends.
+    Each element carries the place of the one before it, which names the
+    one that failed; an end marker names a failing last example.
     """
-    report = _report_skipped(service)
-    if quiet is not False:
-        loud = report
 
-        def report(message):
-            return tf.cond(quiet, lambda: tf.constant(0), lambda: loud(message))
-
-    def failed(place, skipped):
-        if on_invalid == "raise":
-            message = tf.strings.join(
-                [f"An example of the {split} split does not decode: ", place, (". It passed "
-                 "the export check, so the shard was damaged since, or TensorFlow decodes "
-                 "differently on this machine. Export again (reexport=always), or pass "
-                 "on_invalid=skip to leave such examples out.")])
-            done = tf.debugging.Assert(tf.equal(skipped, 0), [message])
-        else:
-            done = report(tf.strings.join(
-                [f"Skipped an example of the {split} split that does not decode: ", place,
-                 "; ", tf.strings.as_string(skipped), " skipped in this epoch."]))
-        with tf.control_dependencies([done]):
+    def failed(place, ok):
+        message = tf.strings.join(
+            [f"An example of the {split} split does not decode: ", place, (". It passed "
+             "the export check, so the shard was damaged since, or TensorFlow decodes "
+             "differently on this machine. Export again (reexport=always), or pass "
+             "on_invalid=skip to leave such examples out.")])
+        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
             return tf.constant(0)
 
-    def notice(count, expected, skipped, is_end, place):
-        """What a gap (an example that failed) or the end of the epoch says."""
-        problem = tf.cond(count > expected, lambda: failed(place(), skipped),
-                          lambda: tf.constant(0))
-        summary = tf.cond(is_end & (skipped > 0), lambda: report(tf.strings.join(
-            [f"{split}: ", tf.strings.as_string(skipped), (" examples that do not decode "
-             "were skipped in this epoch; their places went to other examples of the "
-             "split.")])), lambda: tf.constant(0))
-        with tf.control_dependencies([problem, summary]):
-            return tf.constant(0)
-
-    def check(state, element):
-        expected, skipped = state
+    def check(expected, element):
         count, is_end, (shard, index), decoded = element
-        skipped += count - expected
-        # One branch per element; the rare one does the rest.
-        done = tf.cond(
-            (count > expected) | is_end,
-            lambda: notice(count, expected, skipped, is_end,
-                           lambda: _place_message(paths, shard, index)),
-            lambda: tf.constant(0),
-        )
+        # One branch per element; the rare one reads the shard to name it.
+        done = tf.cond(count > expected,
+                       lambda: failed(_place_message(paths, shard, index), count <= expected),
+                       lambda: tf.constant(0))
         with tf.control_dependencies([done]):
-            skipped = tf.where(is_end, tf.constant(0, tf.int64), skipped)
-        return (count + 1, skipped), (is_end, decoded)
+            return count + 1, (is_end, decoded)
 
-    numbered = _numbered(examples, decode, finite)
-    checked = numbered.scan((tf.constant(0, tf.int64),) * 2, check)
+    numbered = _numbered(examples, decode, finite=True)
+    checked = numbered.scan(tf.constant(0, tf.int64), check)
     return checked.filter(lambda is_end, _: tf.logical_not(is_end)).map(lambda _, d: d)

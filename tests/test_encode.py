@@ -25,7 +25,7 @@ def _validated(path, max_side=None):
     encoded = encode_image(path, max_side)
     reason = None
     if not encoded.settled:
-        reason = decodable.image_refusal(encoded.data, encoded.format, encoded.pixels)
+        reason = decodable.image_refusal(encoded.data, encoded.format)
     if reason:
         raise InvalidImageError(reason)
     return encoded
