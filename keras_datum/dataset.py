@@ -1,194 +1,26 @@
-"""`DatumDataset`: checks arguments, exports on first use, hands out splits."""
+"""`DatumDataset`: the front class. It holds the checked options and delegates:
+`config` checks the arguments, `source_types` finds or makes the metadata
+(exporting through the cache store), `pipeline` builds each split."""
 
+import dataclasses
 import functools
-import inspect
-import json
-import numbers
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from keras_datum import augment as augment_lib
-from keras_datum import cache as cache_lib
+from keras_datum import cache
+from keras_datum import config as config_lib
 from keras_datum import datum_format
 from keras_datum import distribute
-from keras_datum import encode as encode_lib
-from keras_datum import export as export_lib
-from keras_datum import images
-from keras_datum import memory
 from keras_datum import notices
 from keras_datum import pipeline
 from keras_datum import problems
+from keras_datum import source_types
 from keras_datum import storage
-from keras_datum.problems import classification
-from keras_datum.problems import detection
 
-# Without a seed the carve and the write-time shuffle still have to be the
-# same in every process, so an unseeded dataset uses this one.
-DEFAULT_SEED = 1337
-INTERPOLATIONS = (
-    "bilinear",
-    "nearest",
-    "bicubic",
-    "area",
-    "lanczos3",
-    "lanczos5",
-    "gaussian",
-    "mitchellcubic",
-)
-REEXPORT_MODES = ("auto", "never", "always")
-# `max_image_side="auto"` caps the longer side at this many times the target.
-AUTO_SIDE_FACTOR = 2
-ON_INVALID = ("skip", "raise")
-# `None`: the mixed-precision policy's compute dtype.
-IMAGE_DTYPES = (None, "uint8")
-# How long a process waits for another one's export of the same cache.
-LOCK_TIMEOUT_SECONDS = 3600
-# What `from_tfrecords` takes: the options that concern reading.
-DATUM_READ_OPTIONS = (
-    "image_size", "batch_size", "label_mode", "color_mode", "interpolation",
-    "crop_to_aspect_ratio", "pad_to_aspect_ratio", "seed", "shuffle",
-    "shuffle_buffer_size", "problem", "bounding_box_format", "max_boxes",
-    "bounding_box_class_key", "cache", "cache_budget", "strategy",
-    "mixed_precision", "image_dtype", "verbose",
-)
-
-
-def _choice(name, value, allowed):
-    # By type as well as value: `1 == True`, so `cache=1` would pass for True.
-    def same(option):
-        if isinstance(option, bool):
-            return isinstance(value, (bool, np.bool_)) and bool(value) == option
-        return (
-            not isinstance(value, (bool, np.bool_))
-            and isinstance(value, type(option))
-            and value == option
-        )
-
-    if not any(same(option) for option in allowed):
-        shown = ", ".join(repr(a) for a in allowed)
-        raise ValueError(f"`{name}` must be one of {shown}. Received: {name}={value!r}")
-
-
-def _is_int(value):
-    # NumPy integers too (`np.int64` from a hyperparameter grid), never bools.
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_image_size(image_size):
-    if (
-        not isinstance(image_size, (tuple, list))
-        or len(image_size) != 2
-        or not all(_is_int(v) and v > 0 for v in image_size)
-    ):
-        raise ValueError(
-            "`image_size` must be a tuple of 2 positive integers (height, "
-            f"width). Received: image_size={image_size!r}"
-        )
-    return tuple(int(v) for v in image_size)
-
-
-def _check_batch_size(batch_size):
-    if batch_size is not None and not (_is_int(batch_size) and batch_size > 0):
-        raise ValueError(
-            "`batch_size` must be a positive integer or None. "
-            f"Received: batch_size={batch_size!r}"
-        )
-    return None if batch_size is None else int(batch_size)
-
-
-# Read options of one problem type, and the problems they apply to. Set away
-# from their defaults on a dataset of another type, they would do nothing.
-_IMAGE_PROBLEMS = tuple(
-    name for name in problems.PROBLEM_NAMES if name != problems.text.NAME
-)
-_PROBLEM_OPTIONS = {
-    "bucket_boundaries": (problems.text.NAME,),
-    "max_boxes": (problems.detection.NAME,),
-    "bounding_box_format": (problems.detection.NAME,),
-    "bounding_box_class_key": (problems.detection.NAME,),
-    **{
-        name: _IMAGE_PROBLEMS
-        for name in (
-            "image_size", "color_mode", "interpolation", "crop_to_aspect_ratio",
-            "pad_to_aspect_ratio", "max_image_side",
-        )
-    },
-}
-
-
-def _in_words(names):
-    """('a', 'b', 'c') -> 'a, b and c'."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def _check_split(meta, split):
-    if split not in meta["splits"]:
-        raise ValueError(
-            f"This dataset has no {split!r} split. Its splits are {sorted(meta['splits'])}."
-        )
-
-
-def _check_bool(name, value):
-    # A string such as "no" would be true.
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-
-
-def _check_positive_or_none(name, value):
-    if value is not None and not (_is_int(value) and value > 0):
-        raise ValueError(
-            f"`{name}` must be a positive integer or None. Received: {name}={value!r}"
-        )
-
-
-# The export options that change what an export holds: a dataset that sets
-# one away from its default gets its own default cache folder. That includes
-# the size cap, so that a sweep over image sizes never exports over the
-# datasets it made before.
-_CARVE_OPTIONS = ("validation_split", "seed", "problem", "follow_links", "max_image_side")
 # The splits a source folder can have (a datum export may name others).
 _SPLITS = ("train", "val", "test")
-
-
-def _export_options(image_size, validation_split, seed, follow_links, problem,
-                    max_image_side, min_shards):
-    """The export options recorded in the cache, from checked arguments."""
-    if max_image_side == "auto":
-        # Twice the target keeps enough detail for random crops and zooms
-        # while a 12 MP photo shrinks to a few hundred kilobytes, once.
-        max_image_side = AUTO_SIDE_FACTOR * max(image_size)
-    max_image_side = None if max_image_side is None else int(max_image_side)
-    return {
-        "validation_split": float(validation_split or 0.0),
-        "seed": DEFAULT_SEED if seed is None else int(seed),
-        "follow_links": bool(follow_links),
-        "problem": problem,
-        "max_image_side": max_image_side,
-        # Recorded so that caches shrunk before the cap kept the shorter
-        # side are exported again.
-        "min_image_side": encode_lib.min_short_side(max_image_side),
-        # One shard file per training worker at least, so that each reads
-        # its own (see `_split`).
-        "min_shards": min_shards,
-        "validation": encode_lib.VALIDATION_VERSION,
-    }
-
-
-@functools.cache
-def _defaults():
-    """`DatumDataset`'s argument defaults, and its carve options at them."""
-    params = inspect.signature(DatumDataset).parameters
-    given = {name: p.default for name, p in params.items() if name != "source"}
-    options = _export_options(
-        **{name: given[name] for name in (
-            "image_size", "validation_split", "seed", "follow_links", "problem",
-            "max_image_side",
-        )},
-        min_shards=1,
-    )
-    return given, {name: options[name] for name in _CARVE_OPTIONS}
 
 
 def _read_seed(seed):
@@ -202,71 +34,25 @@ def _read_seed(seed):
     return None if global_seed is None else int(op_seed)
 
 
-def _check_cache_outside_source(cache_dir, source):
-    # A cache inside the source would be read as data (a class folder named
-    # after it) by the next export, and one holding the source would be
-    # replaced, source and all, by the next export. Below a hidden folder of
-    # the source (`$KERAS_HOME` at `<source>/.keras`), nothing reads it.
-    if storage.is_url(cache_dir) != storage.is_url(source):
-        return
-    if not storage.is_url(cache_dir):
-        cache_dir, source = os.path.realpath(cache_dir), os.path.realpath(source)
-    inside = (cache_dir + "/").startswith(source.rstrip("/") + "/")
-    if inside:
-        below = cache_dir[len(source.rstrip("/")):].strip("/").split("/")
-        inside = not any(part.startswith(".") for part in below)
-    holds = (source + "/").startswith(cache_dir.rstrip("/") + "/")
-    if inside or holds:
-        raise ValueError(
-            f"`cache_dir` {cache_dir!r} must be outside the source folder "
-            f"{source!r}, and must not contain it: the export replaces the "
-            "cache folder, and reads everything in the source."
+def _checked_paths(source, cache_dir):
+    """`source` as a str; refuses what is not a path."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"`source` must be a path to a folder. Received: source={source!r}")
+    if cache_dir is not None and (
+        not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir)
+    ):
+        raise TypeError(
+            "`cache_dir` must be a path to a folder (a str or os.PathLike, not "
+            f"empty) or None. Received: cache_dir={cache_dir!r}"
         )
+    return os.fspath(source)
 
 
-def _check_seed(seed):
-    # numpy's generators (the carve) take no negative seed, and tf.data's
-    # shuffle takes an int64.
-    if seed is not None and not (_is_int(seed) and 0 <= seed < 2**63):
-        raise ValueError(
-            "`seed` must be a non-negative integer below 2**63, or None. "
-            f"Received: seed={seed!r}"
-        )
-
-
-def _options_satisfied(cached, wanted):
-    """Whether an export made with `cached` options serves `wanted`.
-
-    All must match, except the size cap and the shard minimum: images capped
-    at a larger side (or not capped) serve a smaller cap as well, and the
-    shard minimum is checked against the shards the export has (see
-    `_enough_shards`), whatever it was exported for.
-    """
-    cached, wanted = dict(cached), dict(wanted)
-    cached_side = cached.pop("max_image_side", None)
-    wanted_side = wanted.pop("max_image_side", None)
-    # It follows the cap; a cache from before it was recorded has none and
-    # is not reused.
-    if ("min_image_side" in cached) != ("min_image_side" in wanted):
-        return False
-    cached.pop("min_image_side", None)
-    wanted.pop("min_image_side", None)
-    side_ok = cached_side is None or (
-        wanted_side is not None and cached_side >= wanted_side
-    )
-    cached.pop("min_shards", None)
-    wanted.pop("min_shards", None)
-    return side_ok and cached == wanted
-
-
-def _enough_shards(meta, min_shards):
-    """Whether every split has a shard with examples for each of `min_shards`
-    workers (or one per example, when it has fewer)."""
-    for info in meta["splits"].values():
-        filled = sum(1 for s in info["shards"] if s["num_examples"] > 0)
-        if filled < min(min_shards, info["num_examples"]):
-            return False
-    return True
+def _check_source_folder(source):
+    if not storage.exists(source):
+        raise FileNotFoundError(f"Source folder not found: {source!r}")
+    if not storage.isdir(source):
+        raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
 
 
 class DatumDataset:
@@ -451,158 +237,24 @@ class DatumDataset:
         verbose=True,
     ):
         arguments = dict(locals())
-        if not isinstance(source, (str, os.PathLike)):
-            raise TypeError(
-                f"`source` must be a path to a folder. Received: source={source!r}"
-            )
-        source = os.fspath(source)
-        if cache_dir is not None and (
-            not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir)
-        ):
-            raise TypeError(
-                "`cache_dir` must be a path to a folder (a str or os.PathLike, not "
-                f"empty) or None. Received: cache_dir={cache_dir!r}"
-            )
-        self._image_size = _check_image_size(image_size)
-        self._batch_size = _check_batch_size(batch_size)
-        _choice("label_mode", label_mode, classification.LABEL_MODES)
-        _choice("color_mode", color_mode, tuple(images.CHANNELS))
-        _choice("interpolation", interpolation, INTERPOLATIONS)
-        for name, value in (
-            ("crop_to_aspect_ratio", crop_to_aspect_ratio), ("shuffle", shuffle),
-            ("follow_links", follow_links), ("verbose", verbose),
-        ):
-            _check_bool(name, value)
-        if pad_to_aspect_ratio is not None:
-            _check_bool("pad_to_aspect_ratio", pad_to_aspect_ratio)
-        if crop_to_aspect_ratio and pad_to_aspect_ratio:
-            raise ValueError(
-                "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can "
-                "be set to `True`."
-            )
-        if validation_split is not None and (
-            isinstance(validation_split, (bool, np.bool_))
-            or not isinstance(validation_split, numbers.Real)
-            or not 0 <= validation_split < 1
-        ):
-            raise ValueError(
-                "`validation_split` must be a float in [0, 1) or None. "
-                f"Received: validation_split={validation_split!r}"
-            )
-        _check_seed(seed)
-        seed = None if seed is None else int(seed)
-        _check_positive_or_none("shuffle_buffer_size", shuffle_buffer_size)
-        _choice("bounding_box_format", bounding_box_format, detection.BOUNDING_BOX_FORMATS)
-        _check_positive_or_none("max_boxes", max_boxes)
-        _choice("bounding_box_class_key", bounding_box_class_key, detection.CLASS_KEYS)
-        if bucket_boundaries is not None and (
-            not isinstance(bucket_boundaries, (list, tuple))
-            or not bucket_boundaries
-            or not all(_is_int(b) and b > 0 for b in bucket_boundaries)
-            or list(bucket_boundaries) != sorted(set(bucket_boundaries))
-        ):
-            raise ValueError(
-                "`bucket_boundaries` must be an increasing list of positive "
-                f"integers or None. Received: bucket_boundaries={bucket_boundaries!r}"
-            )
-        _choice("problem", problem, problems.PROBLEM_NAMES + (None,))
-        _choice("on_invalid", on_invalid, ON_INVALID)
-        _choice("reexport", reexport, REEXPORT_MODES)
-        if max_image_side != "auto":
-            _check_positive_or_none("max_image_side", max_image_side)
-        _choice("cache", cache, ("auto", True, False))
-        _check_positive_or_none("cache_budget", cache_budget)
-        if cache_budget is not None and not (isinstance(cache, str) and cache == "auto"):
-            raise ValueError(
-                "`cache_budget` sizes the automatic cache, so it applies only with "
-                f"cache='auto'. Received: cache={cache!r}, cache_budget={cache_budget!r}"
-            )
-        distribute.check_strategy(strategy)
-        _choice("mixed_precision", mixed_precision, distribute.MIXED_PRECISION_MODES)
-        _choice("image_dtype", image_dtype, IMAGE_DTYPES)
-        if not storage.exists(source):
-            raise FileNotFoundError(f"Source folder not found: {source!r}")
-        if not storage.isdir(source):
-            raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
-
+        del arguments["self"], arguments["source"], arguments["cache_dir"]
+        source = _checked_paths(source, cache_dir)
+        self._config = config_lib.configure(**arguments)
+        _check_source_folder(source)
         self.source = storage.abspath(source)
-        self._export_options = _export_options(
-            self._image_size, validation_split, seed, follow_links, problem,
-            max_image_side,
-            min_shards=1 if strategy == "auto" else distribute.num_workers(strategy),
-        )
-        defaults, carve_defaults = _defaults()
-        # A carve asked for, which a source with its own val split would ignore.
-        self._carve_asked = self._export_options["validation_split"] not in (
-            0.0, carve_defaults["validation_split"],
-        )
-        # Checked against the problem once it is known (`_resolve_read_options`).
-        arguments["image_size"] = self._image_size
-        self._problem_options_set = {
-            name: arguments[name]
-            for name in _PROBLEM_OPTIONS
-            if arguments[name] != defaults[name]
-        }
-        self._default_cache_dir = not cache_dir
-        # A cap passed (not the one `image_size` gives) is exported as asked:
-        # a cache with a larger cap would decode more pixels every epoch.
-        self._exact_cap = not (isinstance(max_image_side, str) and max_image_side == "auto")
-        if cache_dir:
-            self.cache_dir = storage.abspath(os.fspath(cache_dir))
-            if os.path.islink(self.cache_dir):
-                # The export replaces the folder by renames: a link would be
-                # renamed itself, so the cache goes where it points.
-                self.cache_dir = os.path.realpath(self.cache_dir)
-        else:
-            variant = {
-                key: value
-                for key, value in self._export_options.items()
-                if key in carve_defaults and value != carve_defaults[key]
-            }
-            self.cache_dir = cache_lib.default_cache_dir(self.source, variant)
-        # A datum export is read in place, like a cache: nothing is exported
-        # and nothing is written (see `from_tfrecords`).
-        self._datum_export = datum_format.is_export(self.source)
-        self._datum_class_names = None
-        if self._datum_export:
-            self.cache_dir = self.source
-        else:
-            _check_cache_outside_source(self.cache_dir, self.source)
-        # Where this dataset exports; `cache_dir` may instead name another
-        # cache of the source that serves it (see `_caches_to_try`).
-        self._own_cache_dir = self.cache_dir
-        self._exported = False
-        self._read_options = {
-            "image_size": self._image_size,
-            "label_mode": label_mode,
-            "color_mode": color_mode,
-            "interpolation": interpolation,
-            "crop_to_aspect_ratio": bool(crop_to_aspect_ratio),
-            # None: the problem's default (True for detection, else False).
-            "pad_to_aspect_ratio": pad_to_aspect_ratio,
-            "bounding_box_format": bounding_box_format,
-            "max_boxes": max_boxes,
-            "bounding_box_class_key": bounding_box_class_key,
-            "bucket_boundaries": list(bucket_boundaries or []),
-            # Checked by the problem with the others, before any export.
-            "image_dtype": image_dtype,
-        }
-        self._seed = seed
-        self._shuffle = shuffle
-        self._shuffle_buffer_size = shuffle_buffer_size
-        self._on_invalid = on_invalid
-        self._reexport = reexport
-        self._verbose = verbose
+        self._source = source_types.open_source(self.source, cache_dir, self._config)
+        # The read options in force: the problem's defaults once it is known,
+        # and the label mode a label-mixing layer switched to.
+        self._read = self._config.read
         self._meta = None
         # The splits built so far with the dataset's label mode.
         self._built_splits = set()
-        self._cache = cache
-        self._cache_budget = cache_budget
-        self._strategy_arg = strategy
         self._strategy = None
         # Applied now, not at import or first read, so that a model built
         # after the dataset (inside `ds.strategy.scope()`) uses the policy.
-        self.mixed_precision = distribute.apply_mixed_precision(mixed_precision)
+        self.mixed_precision = distribute.apply_mixed_precision(
+            self._config.runtime.mixed_precision
+        )
 
     @classmethod
     def from_tfrecords(cls, path, *, class_names=None, **options):
@@ -659,12 +311,12 @@ class DatumDataset:
         model.fit(ds.train(), validation_data=ds.val(), epochs=10)
         ```
         """
-        unknown = sorted(set(options) - set(DATUM_READ_OPTIONS))
+        unknown = sorted(set(options) - set(config_lib.DATUM_READ_OPTIONS))
         if unknown:
             raise TypeError(
                 f"from_tfrecords() got options it does not take: {unknown}. A datum "
                 "export is read as it is; it takes the reading options "
-                f"{', '.join(DATUM_READ_OPTIONS)}."
+                f"{', '.join(config_lib.DATUM_READ_OPTIONS)}."
             )
         if class_names is not None and (
             not isinstance(class_names, (list, tuple))
@@ -679,10 +331,33 @@ class DatumDataset:
         # The JSON files, the shards' presence and the feature layout are
         # checked now, before any shard is read.
         datum_format.check_export(dataset.source, options.get("problem"))
-        dataset._datum_class_names = None if class_names is None else list(class_names)
+        dataset._source.class_names = None if class_names is None else list(class_names)
         return dataset
 
-    # --- Export and cache ---------------------------------------------------
+    # --- Options and the export ---------------------------------------------
+
+    @property
+    def config(self):
+        """The dataset's checked options: a frozen `config.Config` holding
+        its `export`, `read` and `runtime` options."""
+        return self._config
+
+    @property
+    def read_options(self):
+        """The `config.ReadOptions` in force: the problem's defaults filled
+        in once it is known, and the label mode a label-mixing layer set."""
+        return self._read
+
+    @property
+    def cache_dir(self):
+        """The folder the shards are read from: the dataset's cache, another
+        cache of the source that serves it, or a datum export itself."""
+        return self._source.cache_dir
+
+    @property
+    def exported(self):
+        """Whether the last look at the cache wrote an export."""
+        return self._source.exported
 
     def export(self, force=False, *, runner=None, beam_options=None):
         """Exports now unless a valid, up-to-date cache exists.
@@ -701,7 +376,7 @@ class DatumDataset:
         Returns:
             The metadata dict (the same as `info`).
         """
-        _check_bool("force", force)
+        config_lib.check_bool("force", force)
         if runner is not None:
             from keras_datum import beam
 
@@ -709,194 +384,62 @@ class DatumDataset:
         elif beam_options is not None:
             raise ValueError("`beam_options` needs a `runner`. Received: runner=None")
         self._meta = None
-        return self._ensure_exported(force=force, runner=runner, beam_options=beam_options)
+        return self._metadata(force=force, runner=runner, beam_options=beam_options).to_json()
 
-    def _ensure_exported(self, force=False, runner=None, beam_options=None, check=None):
+    def _metadata(self, force=False, runner=None, beam_options=None, check=None):
+        """The `Metadata` this dataset reads, exported first when needed.
+        `check(problem)`: the caller's checks, run before any export."""
         if self._meta is not None:
             return self._meta
-        if self._datum_export:
-            return self._use(
-                datum_format.read_metadata(
-                    self.source,
-                    self._export_options["problem"],
-                    self._datum_class_names,
-                    verbose=self._verbose,
-                )
-            )
-        # Whether this call wrote an export (`benchmark` reports it).
-        self._exported = False
-        # An export goes to this dataset's own folder, never over a cache of
-        # the source that it only borrowed (see `_caches_to_try`).
-        self.cache_dir = self._own_cache_dir
-        export_lib.check_cache_target(self.cache_dir)
-        if self._reexport == "never" and not force:
-            for folder in self._caches_to_try():
-                meta = self._read_cache(folder)
-                if meta is not None and (
-                    folder == self._own_cache_dir
-                    or _options_satisfied(meta["export_options"], self._export_options)
-                ):
-                    self.cache_dir = folder
-                    return self._use(meta)
-        layout = problems.find_layout(
-            self.source,
-            self._export_options["problem"],
-            self._export_options["follow_links"],
+
+        def check_layout(problem, info):
+            self._use_problem(problem, info)
+            if check is not None:
+                check(problem)
+
+        meta = self._source.metadata(
+            check_layout, force=force, runner=runner, beam_options=beam_options
         )
-        # Read options are checked against what was found before any writing.
-        if self._carve_asked and "val" in layout.splits:
+        self._use_problem(meta.problem, meta.json)
+        if meta.invalid_count and self._config.runtime.on_invalid == "raise":
+            report = os.path.join(self.cache_dir, cache.REPORT_FILE)
             raise ValueError(
-                f"{self.source!r} has its own validation split, so "
-                "`validation_split` (which carves one out of train) would be "
-                "ignored. Leave it out, or pass None. Received: validation_split="
-                f"{self._export_options['validation_split']!r}"
-            )
-        self._resolve_read_options(layout.problem)
-        problems.get(layout.problem).check_read_options(layout.info, self._read_options)
-        if check is not None:
-            check(layout.problem)  # The caller's checks of what it will read.
-        sizes = {}
-        fingerprint = cache_lib.fingerprint(layout, self.source, sizes)
-        fresh = not force and self._reexport == "auto"
-        if fresh:
-            for folder in self._caches_to_try():
-                meta = self._fresh_cache(fingerprint, folder)
-                if meta is not None:
-                    self.cache_dir = folder
-                    return self._use(meta)
-        with cache_lib.export_lock(self.cache_dir, LOCK_TIMEOUT_SECONDS):
-            # Another process may have exported while this one waited.
-            meta = self._fresh_cache(fingerprint) if fresh else None
-            if meta is None:
-                if self._verbose:
-                    print(layout.describe())
-                    print(f"Exporting to {self.cache_dir}")
-                meta = export_lib.export_layout(
-                    layout,
-                    self.source,
-                    self.cache_dir,
-                    fingerprint=fingerprint,
-                    file_sizes=sizes,
-                    export_options=self._export_options,
-                    on_invalid=self._on_invalid,
-                    verbose=self._verbose,
-                    runner=runner,
-                    beam_options=beam_options,
-                )
-                self._exported = True
-        return self._use(meta)
-
-    def _caches_to_try(self):
-        """This dataset's cache folder, then, for a default one, the other
-        caches of the source: one exported with a larger size cap (for a
-        larger `image_size`) serves this dataset too, without an export."""
-        if not self._default_cache_dir or self._datum_export or self._exact_cap:
-            return [self._own_cache_dir]
-        others = [c for c in cache_lib.caches_of(self.source) if c != self._own_cache_dir]
-        return [self._own_cache_dir, *others]
-
-    def _read_cache(self, folder):
-        """The metadata of the cache in `folder`, or None when there is none."""
-        try:
-            return cache_lib.read_metadata(folder)
-        except cache_lib.CacheError:
-            if folder == self._own_cache_dir:
-                raise
-            return None  # Another carve's damaged cache is its own business.
-
-    def _fresh_cache(self, fingerprint, folder=None):
-        meta = self._read_cache(folder or self.cache_dir)
-        if (
-            meta is not None
-            and meta["source_fingerprint"].get("digest") == fingerprint["digest"]
-            and _options_satisfied(meta["export_options"], self._export_options)
-            and _enough_shards(meta, self._export_options["min_shards"])
-            and (
-                not self._exact_cap
-                or meta["export_options"].get("max_image_side")
-                == self._export_options["max_image_side"]
-            )
-        ):
-            return meta
-        return None
-
-    def _resolve_read_options(self, problem):
-        for name, value in self._problem_options_set.items():
-            owners = _PROBLEM_OPTIONS[name]
-            if problem not in owners:
-                raise ValueError(
-                    f"`{name}` applies to {_in_words(owners)} datasets, and this "
-                    f"one is {problem}, so it would be ignored. Received: {name}={value!r}"
-                )
-        if self._read_options["pad_to_aspect_ratio"] is None:
-            self._read_options["pad_to_aspect_ratio"] = problem == detection.NAME
-
-    def _use(self, meta):
-        self._resolve_read_options(meta["problem"])
-        problems.get(meta["problem"]).check_read_options(meta, self._read_options)
-        invalid = meta["invalid_files"]["count"]
-        if invalid and self._on_invalid == "raise":
-            report = os.path.join(self.cache_dir, cache_lib.REPORT_FILE)
-            raise ValueError(
-                f"The cached export left out {invalid} invalid files (see "
+                f"The cached export left out {meta.invalid_count} invalid files (see "
                 f"{report}), and on_invalid='raise'. Fix or remove them."
             )
         self._meta = meta
         return meta
 
-    def _check_cache_unchanged(self, meta):
-        """Refuses to read shards that an export made after this dataset read
-        its metadata: another dataset or process with other options (or a
-        changed source) exported over them, so the split this dataset knows
-        (its counts, its carve) is no longer the one on disk. An export of
-        the same content (a forced one, say) is fine.
-
-        Returns:
-            The pipeline's guard, which repeats the check as each shard file
-            is opened (see `pipeline._guarded`); `None` for a datum export,
-            which is read in place and never exported over.
-        """
-        if self._datum_export:
-            return None
-        path = os.path.join(self.cache_dir, cache_lib.METADATA_FILE)
-        try:
-            with storage.open(path, "rb") as f:
-                text = f.read()
-            on_disk = json.loads(text.decode("utf-8"))
-        except (FileNotFoundError, ValueError):  # Removed, or half written.
-            on_disk = None
-        # Compared as JSON (a metadata.json reformatted by hand, say with
-        # another indent, holds the same export), then guarded by its text.
-        mine = json.loads(cache_lib.json_text(meta))
-        if not isinstance(on_disk, dict) or not pipeline.same_export(on_disk, mine):
-            raise RuntimeError(pipeline.stale_cache_message(self.cache_dir))
-        return path, int(pipeline.export_key(text))
+    def _use_problem(self, problem, info):
+        """Fills in the problem's read defaults and checks the read options
+        against what the data holds (`info`: the layout's or the metadata's)."""
+        resolved = config_lib.read_options_for(self._config, problem)
+        self._read = dataclasses.replace(resolved, label_mode=self._read.label_mode)
+        problems.get(problem).check_read_options(info, self._read)
 
     # --- What the export holds ---------------------------------------------
 
     @property
     def info(self):
         """The export's metadata: classes, counts, shards, options, fingerprint."""
-        return self._ensure_exported()
+        return self._metadata().to_json()
 
     @property
     def class_names(self):
         """Class names, in label order (Keras's order for class folders)."""
-        return list(self.info["class_names"])
+        return list(self._metadata().class_names)
 
     @property
     def num_examples(self):
         """Examples per split, for example `{"train": 2936, "val": 734}`."""
-        return {s: v["num_examples"] for s, v in self.info["splits"].items()}
+        return self._metadata().num_examples
 
     @property
     def invalid_files(self):
         """The files left out at export, each with its split and reason."""
-        if self._datum_export:
-            return []  # datum's shards are read as they are: nothing was left out.
-        self._ensure_exported()  # As `info`: the first use exports.
-        with storage.open(os.path.join(self.cache_dir, cache_lib.REPORT_FILE)) as f:
-            return json.load(f)
+        if not self._source.in_place:
+            self._metadata()  # As `info`: the first use exports.
+        return self._source.invalid_files()
 
     # --- Reading ----------------------------------------------------------
 
@@ -909,38 +452,30 @@ class DatumDataset:
         """
         if self._strategy is not None:
             return self._strategy
-        strategy = distribute.resolve_strategy(self._strategy_arg)
-        if self._strategy_arg != "auto" or not distribute.in_strategy_scope():
+        asked = self._config.runtime.strategy
+        strategy = distribute.resolve_strategy(asked)
+        if asked != "auto" or not distribute.in_strategy_scope():
             self._strategy = strategy
         return strategy
 
     @property
     def global_batch_size(self):
         """`batch_size` times the strategy's replicas in sync."""
-        if self._batch_size is None:
+        batch_size = self._config.runtime.batch_size
+        if batch_size is None:
             return None
-        return self._batch_size * self.strategy.num_replicas_in_sync
+        return batch_size * self.strategy.num_replicas_in_sync
 
-    def _split(
-        self,
-        split,
-        batch_size,
-        shuffle,
-        repeat,
-        seed,
-        augment=None,
-        batch_augment=None,
-        pre_batching_callback=None,
-        post_batching_callback=None,
-        data_service=None,
-        preview=False,
-    ):
-        _check_seed(seed)
-        seed = None if seed is None else int(seed)
-        _check_bool("shuffle", shuffle)
-        _check_bool("repeat", repeat)
-        batch_size = self._batch_size if batch_size == "default" else batch_size
-        _check_batch_size(batch_size)
+    def _split(self, split, batch_size, shuffle, repeat, seed, augment=None,
+               batch_augment=None, pre_batching_callback=None,
+               post_batching_callback=None, data_service=None, preview=False):
+        seed = config_lib.check_seed(seed)
+        config_lib.check_bool("shuffle", shuffle)
+        config_lib.check_bool("repeat", repeat)
+        runtime = self._config.runtime
+        batch_size = config_lib.check_batch_size(
+            runtime.batch_size if batch_size == "default" else batch_size
+        )
         augmentations = augment_lib.resolve(
             augment, batch_augment, pre_batching_callback, post_batching_callback
         )
@@ -952,67 +487,70 @@ class DatumDataset:
             )
         if data_service is not None:
             self._check_data_service(data_service)
-
-        def check_augmentations(problem_name):
-            problem = problems.get(problem_name)
-            for augmentation in augmentations:
-                if augmentation is not None:
-                    problem.check_augmentation(augmentation, self._read_options)
-
+        check = functools.partial(self._check_augmentations, augmentations)
         # Before an export (once the layout is found), and for a cache read
         # as it is.
-        meta = self._ensure_exported(check=check_augmentations)
-        check_augmentations(meta["problem"])
-        guard = self._check_cache_unchanged(meta)
-        _check_split(meta, split)
-        read_options = self._read_options_for(split, augmentations, meta, preview)
-        problem = problems.get(meta["problem"])
-        problem.check_split(split, meta["splits"][split], read_options, augmentations)
-        strategy = self.strategy
-        if batch_size is not None:
-            batch_size *= strategy.num_replicas_in_sync
-        paths = pipeline.shard_paths(meta, self.cache_dir, split)
-        build = functools.partial(
-            pipeline.build,
-            meta,
-            self.cache_dir,
-            split,
-            read_options,
-            shuffle=shuffle,
-            repeat=repeat,
-            seed=_read_seed(self._seed if seed is None else seed),
-            shuffle_buffer_size=self._shuffle_buffer_size,
-            augment=augmentations[0],
-            batch_augment=augmentations[1],
-            image_dtype=self._read_options["image_dtype"] or distribute.input_dtype(),
-            cache=self._cache_decoded(meta, split),
-            data_service=data_service,
-            guard=guard,
-            on_invalid=self._on_invalid,
+        meta = self._metadata(check=check)
+        check(meta.problem)
+        guard = self._source.guard(meta)
+        meta.split(split)
+        read = self._read_options_for(split, augmentations, meta, preview)
+        problems.get(meta.problem).check_split(
+            split, meta.splits[split].stats, read, augmentations
         )
-        if distribute.num_workers(strategy) > 1:
-            # Multi-worker training: each worker's input pipeline reads its
-            # own shard files, at the per-replica batch size.
-            def dataset_fn(context):
-                return build(
-                    batch_size=None
-                    if batch_size is None
-                    else context.get_per_replica_batch_size(batch_size),
-                    shard_subset=(context.input_pipeline_id, context.num_input_pipelines),
-                )
-
-            dataset = strategy.distribute_datasets_from_function(dataset_fn)
-        else:
-            dataset = build(
-                batch_size=batch_size,
-                shard_policy=distribute.auto_shard_policy(strategy, len(paths)),
-            )
-        seeded = (self._seed if seed is None else seed) is not None
+        seed = runtime.seed if seed is None else seed
+        dataset = self._build(
+            meta, split, read, batch_size, shuffle=shuffle, repeat=repeat,
+            seed=_read_seed(seed), augmentations=augmentations,
+            data_service=data_service, guard=guard,
+        )
         for augmentation in augmentations:
             if augmentation is not None:
                 # From the caller of train(); only about a seed it passed.
-                augmentation.warn_pending(warn=seeded)
+                augmentation.warn_pending(warn=seed is not None)
         return dataset
+
+    def _check_augmentations(self, augmentations, problem_name):
+        problem = problems.get(problem_name)
+        for augmentation in augmentations:
+            if augmentation is not None:
+                problem.check_augmentation(augmentation, self._read)
+
+    def _build(self, meta, split, read, batch_size, *, augmentations, **options):
+        """The split's pipeline, on this dataset's strategy."""
+        strategy = self.strategy
+        runtime = self._config.runtime
+        if batch_size is not None:
+            batch_size *= strategy.num_replicas_in_sync
+        build = functools.partial(
+            pipeline.build, meta, self.cache_dir, split, read,
+            shuffle_buffer_size=runtime.shuffle_buffer_size,
+            augment=augmentations[0],
+            batch_augment=augmentations[1],
+            image_dtype=read.image_dtype or distribute.input_dtype(),
+            cache=pipeline.decoded_cache(runtime, meta, split, read)[0],
+            on_invalid=runtime.on_invalid,
+            **options,
+        )
+        if distribute.num_workers(strategy) <= 1:
+            return build(
+                batch_size=batch_size,
+                shard_policy=distribute.auto_shard_policy(
+                    strategy, len(meta.splits[split].filled_shards)
+                ),
+            )
+
+        # Multi-worker training: each worker's input pipeline reads its own
+        # shard files, at the per-replica batch size.
+        def dataset_fn(context):
+            return build(
+                batch_size=None
+                if batch_size is None
+                else context.get_per_replica_batch_size(batch_size),
+                shard_subset=(context.input_pipeline_id, context.num_input_pipelines),
+            )
+
+        return strategy.distribute_datasets_from_function(dataset_fn)
 
     def _check_data_service(self, data_service):
         if not isinstance(data_service, str) or not data_service:
@@ -1042,14 +580,14 @@ class DatumDataset:
         Keras on the label shapes, not silently).
         """
         label_mode = augment_lib.label_mode_for(
-            augmentations, self._read_options["label_mode"], meta["label_spec"], preview
+            augmentations, self._read.label_mode, meta.label_spec, preview
         )
-        if label_mode == self._read_options["label_mode"]:
+        if label_mode == self._read.label_mode:
             if not preview:
                 self._built_splits.add(split)
-            return self._read_options
+            return self._read
         if preview:
-            return dict(self._read_options, label_mode=label_mode)
+            return dataclasses.replace(self._read, label_mode=label_mode)
         if self._built_splits:
             built = ", ".join(f"{name}()" for name in sorted(self._built_splits))
             notices.warn(
@@ -1057,21 +595,9 @@ class DatumDataset:
                 "build them again to match the one-hot labels from now on, or "
                 "pass label_mode='categorical' to DatumDataset.",
             )
-        self._read_options["label_mode"] = label_mode
+        self._read = dataclasses.replace(self._read, label_mode=label_mode)
         self._built_splits = {split}
-        return self._read_options
-
-    def _cache_decoded(self, meta, split):
-        return self._cache_plan(meta, split)[0]
-
-    def _cache_plan(self, meta, split):
-        """`(cache, budget)`: whether `split` gets the decoded cache, and the
-        budget its decoded size was judged against (`None` unless
-        `cache="auto"`)."""
-        if self._cache != "auto":
-            return self._cache, None
-        budget = self._cache_budget or memory.default_cache_budget()
-        return pipeline.decoded_bytes(meta, split, self._read_options) <= budget, budget
+        return self._read
 
     def train(
         self,
@@ -1129,7 +655,7 @@ class DatumDataset:
             RuntimeError: the cache was exported again (by another dataset
                 sharing its `cache_dir`) after this dataset read it.
         """
-        shuffle = self._shuffle if shuffle is None else shuffle
+        shuffle = self._config.runtime.shuffle if shuffle is None else shuffle
         return self._split(
             "train", batch_size, shuffle, repeat, seed,
             augment, batch_augment, pre_batching_callback, post_batching_callback,
@@ -1157,15 +683,9 @@ class DatumDataset:
             ValueError: no such split, or a datum export, which stores no
                 file names.
         """
-        meta = self._ensure_exported()
-        _check_split(meta, split)
-        if self._datum_export:
-            raise ValueError(
-                "A datum export stores no file names, so it has no file paths."
-            )
-        guard = self._check_cache_unchanged(meta)
-        names = pipeline.file_names(meta, self.cache_dir, split, guard)
-        return [os.path.join(self.source, name) for name in names]
+        meta = self._metadata()
+        meta.split(split)
+        return self._source.file_paths(meta, split)
 
     # --- Seeing the data ------------------------------------------------
 
@@ -1198,21 +718,18 @@ class DatumDataset:
         """
         from keras_datum import visualize
 
-        for name, value in (("num_images", num_images), ("columns", columns)):
-            if not (_is_int(value) and value > 0):
-                raise ValueError(
-                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
-                )
+        config_lib.check_positive("num_images", num_images)
+        config_lib.check_positive("columns", columns)
         # Everything that can be checked without the cache, before it is made.
-        _check_seed(seed)
+        config_lib.check_seed(seed)
         augment_lib.resolve(augment, batch_augment, None, None)
-        if not self._datum_export and split not in _SPLITS:
+        if not self._source.in_place and split not in _SPLITS:
             raise ValueError(
                 f"`split` must be one of {list(_SPLITS)}. Received: split={split!r}"
             )
         if path is not None:
             visualize.check_figure_path(path)
-        if self.info["problem"] == problems.text.NAME:
+        if self._metadata().problem == problems.text.NAME:
             raise ValueError(
                 "preview() draws images; for a text dataset look at "
                 "`list(ds.train(batch_size=None).take(5))` instead."
@@ -1235,7 +752,7 @@ class DatumDataset:
             self.class_names,
             num_images=num_images,
             columns=columns,
-            box_format=self._read_options["bounding_box_format"],
+            box_format=self._read.bounding_box_format,
         )
         if path is not None:
             figure.savefig(path, dpi=80)

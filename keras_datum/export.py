@@ -22,8 +22,6 @@ import gc
 import math
 import multiprocessing
 import os
-import re
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -37,6 +35,7 @@ from keras_datum import problems
 from keras_datum import shard_writer
 from keras_datum import sources
 from keras_datum import storage
+from keras_datum import store
 from keras_datum import tfds_metadata
 from keras_datum.version import __version__
 
@@ -57,12 +56,6 @@ PROCESS_POOL_MIN_EXAMPLES = 1000
 # that memory stays flat.
 WINDOW_PER_WORKER = 8
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
-# In a remote cache folder while its files are replaced one by one.
-COMMIT_MARKER = ".keras_datum_commit"
-# Written into each folder an export makes beside the cache (its temporary
-# folder, the old cache it replaces): the next export removes folders that
-# hold it (see `remove_leftovers`), never a user's folder of a like name.
-LEFTOVER_MARK = ".keras_datum_leftover"
 
 
 def num_shards(num_examples, num_bytes, min_shards=1):
@@ -321,147 +314,6 @@ def _split_bytes(records, file_sizes):
     return sum(sizes) + sum(len(t) for t in texts)
 
 
-# What an export writes into its folder besides the fixed files: the next
-# export replaces them all.
-_OWN_NAME = re.compile(r".+-\d{5,}-of-\d{5,}\.tfrecord|.+\.labels\.txt")
-_OWN_FILES = (
-    cache.METADATA_FILE, cache.REPORT_FILE, cache.FEATURES_FILE,
-    cache.DATASET_INFO_FILE, COMMIT_MARKER,
-)
-# What file managers, notebooks and NFS write into a folder just by being
-# near it: an export replaces them with the rest. Any other hidden file
-# (`.git`, `.env`, notes) is the user's and stops a re-export.
-_SYSTEM_FILES = (".DS_Store", ".ipynb_checkpoints", ".Trashes", ".Spotlight-V100",
-                 ".fseventsd", ".directory")
-_SYSTEM_PREFIXES = ("._", ".nfs")
-
-
-def check_cache_target(cache_dir, replacing=False):
-    """Refuses to replace a folder that is not a keras_datum cache, and,
-    with `replacing` (an export is about to replace it), a cache that holds
-    files keras_datum did not write (a model saved into it, say): the commit
-    would delete them.
-
-    Raises:
-        ValueError: `cache_dir` holds files that keras_datum did not write.
-    """
-    if (
-        storage.isdir(cache_dir)
-        and storage.listdir(cache_dir)
-        and not cache.is_cache_folder(cache_dir)
-        # What a remote commit that died midway leaves: its marker. (A local
-        # commit is one rename; shards without metadata there, or remote ones
-        # without the marker, were put there by someone else: left alone.)
-        and not storage.isfile(storage.join(cache_dir, COMMIT_MARKER))
-    ):
-        raise ValueError(
-            f"`cache_dir` {cache_dir!r} exists and is not a keras_datum cache "
-            "(it has no metadata.json); refusing to overwrite it. Choose an "
-            "empty or new folder."
-        )
-    if storage.exists(cache_dir) and not storage.isdir(cache_dir):
-        raise ValueError(f"`cache_dir` {cache_dir!r} exists and is not a folder.")
-    if replacing and storage.isdir(cache_dir):
-        foreign = sorted(
-            name for name in storage.listdir(cache_dir)
-            if name not in _OWN_FILES and not _OWN_NAME.fullmatch(name)
-            and name not in _SYSTEM_FILES and not name.startswith(_SYSTEM_PREFIXES)
-        )
-        if foreign:
-            raise ValueError(
-                f"The cache {cache_dir!r} holds files keras_datum did not write: "
-                f"{foreign}. Exporting again replaces the folder, which would "
-                "delete them: move them out first."
-            )
-
-
-def remove_leftovers(cache_dir):
-    """Removes temporary folders of exports that died (call under the lock).
-
-    Remote caches have no lock, so another export's temporary folder may be
-    alive: they are left alone (and never trusted).
-    """
-    if storage.is_url(cache_dir):
-        return
-    parent = os.path.dirname(cache_dir.rstrip(os.sep)) or "."
-    base = os.path.basename(cache_dir.rstrip(os.sep))
-    if not storage.isdir(parent):
-        return
-    # Only folders this module made (`export_layout` and `_commit`): those
-    # holding its mark, and temporary folders holding nothing but what an
-    # export writes (one killed before its mark, or after it removed it, or
-    # made by a version without marks). A user's `flowers.old-20240101`
-    # beside a cache named `flowers` has the name, not the mark; an old
-    # cache without the mark may be a user's copy of one, and stays.
-    ours = re.compile(re.escape(base) + r"\.(tmp-\d+-|old-)[0-9a-f]{8}")
-    for name in storage.listdir(parent):
-        path = os.path.join(parent, name)
-        if not ours.fullmatch(name) or not storage.isdir(path):
-            continue
-        if storage.isfile(os.path.join(path, LEFTOVER_MARK)) or (
-            name.startswith(f"{base}.tmp-") and _holds_only_export_files(path)
-        ):
-            storage.rmtree(path)
-
-
-def _holds_only_export_files(folder):
-    return all(
-        name in _OWN_FILES or _OWN_NAME.fullmatch(name) for name in storage.listdir(folder)
-    )
-
-
-def _mark_leftover(folder):
-    """Marks a folder beside the cache as this module's, to be removed by
-    `remove_leftovers` if it is ever left behind."""
-    storage.write_text(os.path.join(folder, LEFTOVER_MARK), "")
-
-
-def _commit(tmp_dir, cache_dir):
-    """Moves the finished export into place, replacing an older cache."""
-    if storage.is_url(cache_dir):
-        _commit_file_by_file(tmp_dir, cache_dir)
-        return
-    old = None
-    if storage.isdir(cache_dir):
-        if cache.is_cache_folder(cache_dir):
-            old = f"{cache_dir.rstrip(os.sep)}.old-{uuid.uuid4().hex[:8]}"
-            storage.rename(cache_dir, old)
-            try:
-                _mark_leftover(old)
-            except OSError:
-                pass  # Left unmarked if the disk is full: kept, never deleted by mistake.
-        else:
-            storage.rmdir(cache_dir)  # Empty, as check_cache_target ensured.
-    storage.rename(tmp_dir, cache_dir)
-    if old:
-        storage.rmtree(old)
-
-
-def _commit_file_by_file(tmp_dir, cache_dir):
-    """The commit on object stores, which cannot rename a folder at once.
-
-    The old metadata goes first (from then on the old cache is not trusted),
-    then the old files, then the new files, and the new metadata last: at no
-    moment does a trusted metadata.json sit beside the wrong shards.
-    """
-    storage.makedirs(cache_dir, exist_ok=True)
-    marker = storage.join(cache_dir, COMMIT_MARKER)
-    # The marker says "a keras_datum commit is under way here": a folder
-    # left without metadata by a commit that died may then be replaced.
-    storage.write_text(marker, "")
-    names = storage.listdir(cache_dir)
-    if cache.METADATA_FILE in names:
-        storage.remove(storage.join(cache_dir, cache.METADATA_FILE))
-    for name in names:
-        if name not in (cache.METADATA_FILE, COMMIT_MARKER):
-            storage.remove(storage.join(cache_dir, name))
-    new = storage.listdir(tmp_dir)
-    for name in sorted(new, key=lambda n: n == cache.METADATA_FILE):
-        storage.rename(storage.join(tmp_dir, name), storage.join(cache_dir, name))
-    storage.remove(marker)
-    storage.rmtree(tmp_dir)
-
-
 def export_layout(
     layout,
     root,
@@ -489,20 +341,18 @@ def export_layout(
         OSError: the cache location cannot be written (disk full, no
             permission); no partial cache is left behind.
     """
-    check_cache_target(cache_dir, replacing=True)
-    remove_leftovers(cache_dir)
-    seed = export_options["seed"]
-    splits, carved = plan_splits(layout, export_options["validation_split"], seed)
-    min_shards = export_options.get("min_shards", 1)
+    store.check_cache_target(cache_dir, replacing=True)
+    store.remove_leftovers(cache_dir)
+    seed = export_options.seed
+    splits, carved = plan_splits(layout, export_options.validation_split, seed)
+    min_shards = export_options.min_shards
     plans = {
         split: plan_split(records, split, seed, min_shards, file_sizes)
         for split, records in splits.items()
     }
     problem = problems.get(layout.problem)
     feature_spec = problem.features(layout.info)
-    tmp_dir = f"{cache_dir.rstrip(os.sep)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    storage.makedirs(tmp_dir)
-    _mark_leftover(tmp_dir)
+    tmp_dir = store.temporary_folder(cache_dir)
     total = sum(len(r) for r in splits.values())
     spec = layout.info["label_spec"]
     num_classes = spec["num_classes"] if spec["type"] == "class" else 0
@@ -551,10 +401,10 @@ def export_layout(
             "label_spec": layout.info["label_spec"],
             "splits": split_info,
             "features": {**cache.SOURCE_FEATURES, **feature_spec},
-            "export_options": export_options,
+            "export_options": export_options.to_json(),
             "validation_carve": {
                 "carved": carved,
-                "validation_split": export_options["validation_split"],
+                "validation_split": export_options.validation_split,
                 "seed": seed,
                 "stratified_by_class": carved
                 and layout.info["label_spec"]["type"] == "class",
@@ -564,8 +414,8 @@ def export_layout(
         }
         tfds_metadata.write_tfds_metadata(tmp_dir, meta)
         cache.write_json(os.path.join(tmp_dir, cache.METADATA_FILE), meta)
-        storage.remove(os.path.join(tmp_dir, LEFTOVER_MARK))
-        _commit(tmp_dir, cache_dir)
+        storage.remove(os.path.join(tmp_dir, store.LEFTOVER_MARK))
+        store.commit(tmp_dir, cache_dir)
     except BaseException:
         storage.rmtree(tmp_dir)
         raise

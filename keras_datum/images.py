@@ -72,8 +72,8 @@ def decode(parsed, options):
     which skips three quarters of the inverse transforms; it is resized to
     the target afterwards anyway.
     """
-    channels = CHANNELS[options["color_mode"]]
-    split = options.get("stored_images")  # `stored_images` of the split, if known.
+    channels = CHANNELS[options.color_mode]
+    split = options.stored_images  # `stored_images` of the split, if known.
     if "image/pixels" not in parsed or (split and split["raw"] == "none"):
         # No raw pixels (or caches from before them).
         image = _decode_encoded(parsed, options, channels)
@@ -156,8 +156,8 @@ def _decode_encoded(parsed, options, channels):
             return expand_channels(tf.io.decode_jpeg(parsed["image"], channels=3), 4)
 
         return tf.cond(is_jpeg, opaque_jpeg, full)
-    target_height, target_width = options["image_size"]
-    split = options.get("stored_images")
+    target_height, target_width = options.image_size
+    split = options.stored_images
     if split and (
         split["max_height"] < HALF_SCALE_MIN * target_height
         or split["max_width"] < HALF_SCALE_MIN * target_width
@@ -209,17 +209,17 @@ def pad_geometry(height, width, image_size):
 def resize(image, options, method=None):
     """Resizes a decoded image to `image_size`, as float32 in [0, 255].
 
-    `method` overrides `options["interpolation"]` (masks use "nearest").
+    `method` overrides `options.interpolation` (masks use "nearest").
     """
-    image_size = options["image_size"]
-    method = method or options["interpolation"]
+    image_size = options.image_size
+    method = method or options.interpolation
     channels = image.shape[-1]
-    if options["pad_to_aspect_ratio"]:
+    if options.pad_to_aspect_ratio:
         image = tf.image.resize_with_pad(
             image, image_size[0], image_size[1], method=method
         )
     else:
-        if options["crop_to_aspect_ratio"]:
+        if options.crop_to_aspect_ratio:
             image = _crop_to_aspect_ratio(image, image_size)
         image = tf.image.resize(image, image_size, method=method)
     image = tf.cast(image, tf.float32)

@@ -3,6 +3,7 @@
 Everything here is graph code: no Python runs per example.
 """
 
+import dataclasses
 import functools
 import os
 
@@ -11,9 +12,11 @@ import tensorflow as tf
 from keras_datum import cache
 from keras_datum import datum_format
 from keras_datum import images
+from keras_datum import memory
 from keras_datum import problems
 from keras_datum import read_guard
 from keras_datum import storage
+from keras_datum import store
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Encoded examples held for shuffling. With the write-time shuffle and the
@@ -48,15 +51,15 @@ def parse_spec(features):
 
 def decode_example(serialized, meta, options):
     """One serialized example -> the problem's KerasCV dict."""
-    if datum_format.META_KEY in meta:  # A datum export, read in place.
-        parsed = datum_format.parse_example(serialized, meta)
-        return problems.get(meta["problem"]).decode(parsed, meta, options)
-    parsed = tf.io.parse_single_example(serialized, parse_spec(meta["features"]))
+    if meta.in_place:  # A datum export.
+        parsed = datum_format.parse_example(serialized, meta.json)
+        return problems.get(meta.problem).decode(parsed, meta.json, options)
+    parsed = tf.io.parse_single_example(serialized, parse_spec(meta.features))
     parsed = {
         k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
         for k, v in parsed.items()
     }
-    return problems.get(meta["problem"]).decode(parsed, meta, options)
+    return problems.get(meta.problem).decode(parsed, meta.json, options)
 
 
 # Serialized examples parsed and decoded together on the batch fast path.
@@ -82,14 +85,14 @@ def _batch_decoder(meta, split, options):
     that need no resize stay uint8 until the pipeline's per-batch cast; what
     comes out of the pipeline is exactly what the per-example path gives.
     """
-    stored = images.stored_images(meta["splits"][split])
-    want = images.CHANNELS[options["color_mode"]]
+    stored = images.stored_images(meta.splits[split].stats)
+    want = images.CHANNELS[options.color_mode]
     if (
         stored is None
-        or meta["problem"] != problems.classification.NAME
-        or meta["label_spec"]["type"] not in ("class", "regression", "none")
+        or meta.problem != problems.classification.NAME
+        or meta.label_spec["type"] not in ("class", "regression", "none")
         # Binary labels are reshaped per example.
-        or options["label_mode"] == "binary"
+        or options.label_mode == "binary"
         or stored["raw"] != "all"
         or len(stored["raw_channels"]) != 1
         or (stored["raw_channels"][0] == 3 and want == 1)  # libpng's gray conversion: per image.
@@ -99,24 +102,24 @@ def _batch_decoder(meta, split, options):
         return None
     height, width = stored["max_height"], stored["max_width"]
     raw_channels = stored["raw_channels"][0]
-    if (height, width) != tuple(options["image_size"]) and (
-        options["crop_to_aspect_ratio"] or options["pad_to_aspect_ratio"]
+    if (height, width) != tuple(options.image_size) and (
+        options.crop_to_aspect_ratio or options.pad_to_aspect_ratio
     ):
         return None
-    spec = parse_spec(meta["features"])
+    spec = parse_spec(meta.features)
     spec.pop("image")  # The encoded copy is not needed.
     def decode_batch(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         pixels = tf.io.decode_raw(parsed.pop("image/pixels"), tf.uint8)
         batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, raw_channels]), want)
-        if (height, width) != tuple(options["image_size"]):
-            batch = tf.image.resize(batch, options["image_size"], method=options["interpolation"])
+        if (height, width) != tuple(options.image_size):
+            batch = tf.image.resize(batch, options.image_size, method=options.interpolation)
         # Pixels that were not resized stay uint8: the cache keeps them as
         # they are, and the cast to float32 happens once per batch.
-        batch.set_shape((None, *options["image_size"], want))
+        batch.set_shape((None, *options.image_size, want))
         # Integer, one-hot and regression labels are element-wise: the
         # problem's own labelling works on the whole batch.
-        return problems.classification.with_labels({"images": batch}, parsed, meta, options)
+        return problems.classification.with_labels({"images": batch}, parsed, meta.json, options)
 
     def apply(blocks, deterministic, then=_unchanged):
         """Blocks of serialized examples -> blocks of decoded examples.
@@ -133,9 +136,8 @@ def _batch_decoder(meta, split, options):
 
 
 def _shards(meta, cache_dir, split):
-    shards = [s for s in meta["splits"][split]["shards"] if s["num_examples"] > 0]
-    paths = [os.path.join(cache_dir, s["file"]) for s in shards]
-    return paths, [s["num_examples"] for s in shards]
+    shards = meta.splits[split].filled_shards
+    return [os.path.join(cache_dir, s.file) for s in shards], [s.num_examples for s in shards]
 
 
 def shard_paths(meta, cache_dir, split):
@@ -223,37 +225,6 @@ def _checked(blocks, paths, counts):
     )
 
 
-# What differs between two exports of the same content: left out of the
-# export's content key (see `export_key`).
-VOLATILE_KEYS = ("created", "keras_datum_version")
-_VOLATILE = r'"(' + "|".join(VOLATILE_KEYS) + r')"\s*:\s*"[^"]*"'
-
-
-def same_export(metadata, other):
-    """Whether two parsed `metadata.json` are of the same export content."""
-    return {k: v for k, v in metadata.items() if k not in VOLATILE_KEYS} == {
-        k: v for k, v in other.items() if k not in VOLATILE_KEYS
-    }
-
-
-def export_key(metadata_text):
-    """A hash of a cache's `metadata.json` text less its time stamp: the
-    same for two exports of the same content, other for another carve (or
-    for the same file reformatted: only its text is at hand in the graph)."""
-    text = tf.strings.regex_replace(metadata_text, _VOLATILE, "")
-    return tf.strings.to_hash_bucket_fast(text, 2**62)
-
-
-def stale_cache_message(cache_dir):
-    return (
-        f"The cache {cache_dir!r} was exported again (or removed) after this "
-        "dataset read it, by another DatumDataset or process sharing it with "
-        "other options or a changed source: its shards are no longer this "
-        "dataset's split. Create the DatumDataset again, or give each dataset "
-        "its own `cache_dir`."
-    )
-
-
 def _guarded(files, guard):
     """Checks, as each shard file is opened, that the cache is still the
     export this pipeline was built on: another dataset sharing the cache
@@ -263,14 +234,14 @@ def _guarded(files, guard):
     if guard is None:
         return files
     metadata_path, key = guard
-    message = stale_cache_message(os.path.dirname(metadata_path))
+    message = store.stale_cache_message(os.path.dirname(metadata_path))
 
     def check(path, count, index):
         # Missing for a moment while another export commits (two renames):
         # not checked then.
         same = tf.cond(
             tf.size(tf.io.matching_files(_literal_pattern(metadata_path))) > 0,
-            lambda: tf.equal(export_key(tf.io.read_file(metadata_path)), key),
+            lambda: tf.equal(store.export_key(tf.io.read_file(metadata_path)), key),
             lambda: tf.constant(True),
         )
         with tf.control_dependencies([tf.debugging.Assert(same, [message])]):
@@ -398,19 +369,29 @@ def _rounded_uint8(value, interpolation=None):
 
 def decoded_bytes(meta, split, options):
     """Memory the decoded split takes at the target size, as uint8."""
-    info = meta["splits"][split]
-    if "image" not in meta["features"]:  # Text.
+    info = meta.splits[split].stats
+    if "image" not in meta.features:  # Text.
         return info.get("characters", 0) + 64 * info["num_examples"]
-    height, width = options["image_size"]
-    channels = images.CHANNELS[options["color_mode"]] + ("mask" in meta["features"])
+    height, width = options.image_size
+    channels = images.CHANNELS[options.color_mode] + ("mask" in meta.features)
     # One-hot and multi-hot labels are float32 vectors, one per example:
     # with many classes they outweigh small images.
-    spec = meta.get("label_spec") or {}
+    spec = meta.label_spec or {}
     hot = spec.get("type") == "multi_label" or (
-        spec.get("type") == "class" and options.get("label_mode") == "categorical"
+        spec.get("type") == "class" and options.label_mode == "categorical"
     )
     labels = 4 * spec["num_classes"] if hot else 0
     return info["num_examples"] * (height * width * channels + labels + 64)
+
+
+def decoded_cache(runtime, meta, split, options):
+    """`(cache, budget)`: whether `split` gets the decoded cache with the
+    `config.RuntimeOptions` `runtime`, and the budget its decoded size was
+    judged against (`None` unless `cache="auto"`)."""
+    if runtime.cache != "auto":
+        return runtime.cache, None
+    budget = runtime.cache_budget or memory.default_cache_budget()
+    return decoded_bytes(meta, split, options) <= budget, budget
 
 
 def _examples(
@@ -451,8 +432,8 @@ def _examples(
                 dataset = _with_count(dataset, num_examples)
             return dataset
         decode = lambda s: then(decode_example(s, meta, options))
-        if datum_format.META_KEY in meta:
-            dataset = read_guard.labels_checked(dataset, meta)
+        if meta.in_place:
+            dataset = read_guard.labels_checked(dataset, meta.json)
         if on_invalid == "raise":
             def guard(examples, number, quiet=False):
                 return read_guard.naming_decode(examples, decode, paths, split)
@@ -480,7 +461,7 @@ def _examples(
         # shuffle the decoded elements: later epochs decode nothing. The
         # cast back to float32 waits for the batch when nothing per example
         # needs floats, so a cached epoch costs a few operations per batch.
-        dataset = decoded(dataset, then=_pixels_as(tf.uint8, options["interpolation"])).cache()
+        dataset = decoded(dataset, then=_pixels_as(tf.uint8, options.interpolation)).cache()
     if shuffle:
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -634,7 +615,9 @@ def build(
         cache = False
     paths, counts = _shards(meta, cache_dir, split)
     # The split's export stats let the image decoder choose its path once.
-    options = {**options, "stored_images": images.stored_images(meta["splits"][split])}
+    options = dataclasses.replace(
+        options, stored_images=images.stored_images(meta.splits[split].stats)
+    )
     # Each input pipeline (worker) reads its own files; a split with fewer
     # files than workers (fewer examples than workers) is shared by example.
     by_example = shard_subset is not None and len(paths) < shard_subset[1]
@@ -647,7 +630,7 @@ def build(
     whole = not data_service and not by_example
     shuffle_files = shuffle and not cache and not by_example
     batch_decoder = _batch_decoder(meta, split, options)
-    problem = problems.get(meta["problem"])
+    problem = problems.get(meta.problem)
     block = _block_records(paths, counts)
     if (
         batch_decoder is not None
@@ -661,7 +644,7 @@ def build(
         blocks = _serialized_blocks(
             paths, counts, shuffle_files, seed, deterministic, block, guard
         )
-        to_uint8 = _pixels_as(tf.uint8, options["interpolation"]) if cache else _unchanged
+        to_uint8 = _pixels_as(tf.uint8, options.interpolation) if cache else _unchanged
         blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
             blocks = blocks.cache()
@@ -679,7 +662,7 @@ def build(
             if cache
             else None,
             num_examples=num_examples if whole else None,
-            then=_finisher(image_dtype, problem, labels_spec, options["interpolation"])
+            then=_finisher(image_dtype, problem, labels_spec, options.interpolation)
             if early
             else None,
             ahead=small_windows,
@@ -744,7 +727,7 @@ def build(
         finish = _finisher(
             image_dtype, problem, labels_spec,
             # Augmentation can move pixels out of [0, 255].
-            options["interpolation"] if augment is None and batch_augment is None else None,
+            options.interpolation if augment is None and batch_augment is None else None,
         )
         # Batches of small raw-pixel images cast in a moment: one at a time,
         # ahead of the consumer (the prefetch below), holds fewer in memory.

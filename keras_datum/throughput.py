@@ -8,12 +8,14 @@ decode rate is bounded by decoding (a smaller `max_image_side` or the cache
 helps), one far below it by something else.
 """
 
+import dataclasses
 import os
 import time
 
 import tensorflow as tf
 
 from keras_datum import images
+from keras_datum import metadata
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import storage
@@ -76,18 +78,20 @@ def decode_rate(meta, cache_dir, split, options, batch_size, records=None):
     defaults to `DECODE_RECORDS`, or fewer when they would take more than
     `DECODE_BYTES` of memory.
     """
-    if "image" not in meta["features"]:
+    if "image" not in meta.features:
         return None
     paths = pipeline.shard_paths(meta, cache_dir, split)
     if not paths:
         return None
     size = sum(storage.getsize(path) for path in paths)
-    record_bytes = max(1, size // meta["splits"][split]["num_examples"])
+    record_bytes = max(1, size // meta.splits[split].num_examples)
     records = records or max(1, min(DECODE_RECORDS, DECODE_BYTES // record_bytes))
     serialized = [r for r in tf.data.TFRecordDataset(paths).take(records).batch(records)]
     if not serialized:
         return None
-    options = {**options, "stored_images": images.stored_images(meta["splits"][split])}
+    options = dataclasses.replace(
+        options, stored_images=images.stored_images(meta.splits[split].stats)
+    )
     dataset = (
         tf.data.Dataset.from_tensor_slices(serialized[0])
         .map(
@@ -110,12 +114,12 @@ def keras_rate(ds, meta):
     """One epoch of `keras.utils.image_dataset_from_directory` over the whole
     source folder, with the dataset's image options: `time_epoch`'s figures,
     or `{"not_applicable": why}` for sources it cannot read."""
-    if meta["layout"] != "class_folders" or meta["problem"] != problems.classification.NAME:
+    if meta.layout != "class_folders" or meta.problem != problems.classification.NAME:
         return {
             "not_applicable": f"it reads image class folders, and this source is "
-            f"{meta['problem']} in the {meta['layout']!r} layout"
+            f"{meta.problem} in the {meta.layout!r} layout"
         }
-    invalid = meta["invalid_files"]["count"]
+    invalid = meta.invalid_count
     if invalid:
         return {
             "not_applicable": f"{invalid} files of the folder are not valid images "
@@ -123,17 +127,17 @@ def keras_rate(ds, meta):
         }
     import keras
 
-    options = ds._read_options
+    options = ds.read_options
     try:
         dataset = keras.utils.image_dataset_from_directory(
             ds.source,
-            image_size=options["image_size"],
+            image_size=options.image_size,
             batch_size=ds.global_batch_size,
-            color_mode=options["color_mode"],
-            interpolation=options["interpolation"],
-            crop_to_aspect_ratio=options["crop_to_aspect_ratio"],
-            pad_to_aspect_ratio=bool(options["pad_to_aspect_ratio"]),
-            follow_links=ds._export_options["follow_links"],
+            color_mode=options.color_mode,
+            interpolation=options.interpolation,
+            crop_to_aspect_ratio=options.crop_to_aspect_ratio,
+            pad_to_aspect_ratio=bool(options.pad_to_aspect_ratio),
+            follow_links=ds.config.export.follow_links,
             shuffle=True,
             seed=0,
             verbose=False,
@@ -165,24 +169,24 @@ def measure(ds, split="train", epochs=3, keras=False):
     if split not in ("train", "val", "test"):
         raise ValueError(f"`split` must be 'train', 'val' or 'test'. Received: split={split!r}")
     start = time.perf_counter()
-    meta = ds.export()
+    meta = metadata.Metadata.from_json(ds.export())
     export_seconds = time.perf_counter() - start
     # Raises the dataset's own error for a split it does not have.
     dataset = {"train": ds.train, "val": ds.val, "test": ds.test}[split]()
-    cached, budget = ds._cache_plan(meta, split)
-    decode = decode_rate(meta, ds.cache_dir, split, ds._read_options, ds.global_batch_size)
+    cached, budget = pipeline.decoded_cache(ds.config.runtime, meta, split, ds.read_options)
+    decode = decode_rate(meta, ds.cache_dir, split, ds.read_options, ds.global_batch_size)
     return {
         "split": split,
-        "examples": meta["splits"][split]["num_examples"],
+        "examples": meta.splits[split].num_examples,
         "batch_size": ds.global_batch_size,
         "cores": cores(),
         # A datum export is read in place: nothing is ever written.
-        "exported": ds._exported,
-        "in_place": ds._datum_export,
+        "exported": ds.exported,
+        "in_place": meta.in_place,
         "export_seconds": export_seconds,
         "cache": {
             "on": cached,
-            "decoded_bytes": pipeline.decoded_bytes(meta, split, ds._read_options),
+            "decoded_bytes": pipeline.decoded_bytes(meta, split, ds.read_options),
             "budget_bytes": budget,
         },
         "decode": decode,

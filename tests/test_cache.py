@@ -12,7 +12,7 @@ from keras_datum import CacheError
 from keras_datum import DatumDataset
 from keras_datum import cache
 from keras_datum import cli
-from keras_datum import export
+from keras_datum import store
 
 
 def _exported(class_folders):
@@ -76,7 +76,7 @@ def test_leftover_temporary_folders_are_removed(class_folders, tmp_path):
     for name in ("cache.tmp-12345-deadbeef", "cache.old-0badf00d"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "train-00000-of-00001.tfrecord").write_bytes(b"partial")
-        (tmp_path / name / export.LEFTOVER_MARK).write_text("")
+        (tmp_path / name / store.LEFTOVER_MARK).write_text("")
     (tmp_path / "cache.tmp-12345-00000000").mkdir()
     # A user's folders of like names (a dated backup is 8 hex digits) have
     # no mark, and are never removed.
@@ -96,7 +96,7 @@ def test_leftover_temporary_folders_are_removed(class_folders, tmp_path):
     assert sorted(os.listdir(tmp_path))[:4] == ["cache", "cache.lock", "cache.old-20240101", "cache.tmp-1-20240101"]
     assert sorted(os.listdir(tmp_path))[4:] == ["data", "data.lock", "data.old-20240101"]
     assert (tmp_path / "cache.old-20240101" / "thesis.tex").read_text() == "years of work"
-    assert not list(tmp_path.glob(f"*/{export.LEFTOVER_MARK}"))
+    assert not list(tmp_path.glob(f"*/{store.LEFTOVER_MARK}"))
 
 
 def test_a_folder_without_metadata_is_not_trusted(class_folders, tmp_path):
@@ -137,7 +137,7 @@ def test_only_our_leftover_folders_are_removed(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "keep.txt").write_text("x")
     for name in ("flowers.tmp-12-0123abcd", "flowers.old-89abcdef"):
-        (tmp_path / name / export.LEFTOVER_MARK).write_text("")
+        (tmp_path / name / store.LEFTOVER_MARK).write_text("")
     # Unmarked, holding only what an export writes (killed outside the
     # marked span, or by a version without marks): a temporary folder goes,
     # an old cache (perhaps a user's copy) stays.
@@ -145,7 +145,7 @@ def test_only_our_leftover_folders_are_removed(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "train-00000-of-00001.tfrecord").write_bytes(b"partial")
         (tmp_path / name / "features.json").write_text("{}")
-    export.remove_leftovers(str(tmp_path / "flowers"))
+    store.remove_leftovers(str(tmp_path / "flowers"))
     # A died export's temporary folder and a commit's old cache (marked) go;
     # a user's folders that share the prefix, or the whole name, stay.
     assert sorted(os.listdir(tmp_path)) == [
@@ -159,14 +159,14 @@ def test_a_commit_that_cannot_mark_the_old_cache_still_puts_the_new_one_in_place
 ):
     ds = DatumDataset(class_folders, cache_dir=tmp_path / "cache", verbose=False)
     ds.export()
-    mark = export._mark_leftover
+    mark = store.mark_leftover
 
     def full_disk_for_old(folder):
         if ".old-" in folder:
             raise OSError(28, "No space left on device")
         mark(folder)
 
-    monkeypatch.setattr(export, "_mark_leftover", full_disk_for_old)
+    monkeypatch.setattr(store, "mark_leftover", full_disk_for_old)
     meta = ds.export(force=True)
     assert cache.read_metadata(str(tmp_path / "cache"))["created"] == meta["created"]
     # Unmarked, the old cache is removed all the same once the new one is in place.
@@ -280,10 +280,8 @@ def test_a_metadata_file_reformatted_by_hand_is_still_read(class_folders, tmp_pa
     assert sum(int(batch[1].shape[0]) for batch in again.train()) == expected == 24
     assert json.loads(path.read_text()) == meta  # Read as it is, not exported again.
     # The time stamp is left out of the key however it is spaced.
-    from keras_datum import pipeline
-
-    assert int(pipeline.export_key('{"created" : "2026-01-01", "a": 1}')) == int(
-        pipeline.export_key('{"created" : "2027-02-02", "a": 1}')
+    assert int(store.export_key('{"created" : "2026-01-01", "a": 1}')) == int(
+        store.export_key('{"created" : "2027-02-02", "a": 1}')
     )
 
 

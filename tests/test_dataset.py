@@ -400,12 +400,12 @@ def test_an_image_size_sweep_never_exports_over_its_datasets(class_folders):
 
 
 def test_a_cache_from_before_the_short_side_rule_is_exported_again():
-    from keras_datum.dataset import _options_satisfied
+    from keras_datum.store import options_satisfied
 
     now = {"validation_split": 0.2, "seed": 1, "max_image_side": 512, "min_image_side": 256}
     before = {k: v for k, v in now.items() if k != "min_image_side"}
-    assert _options_satisfied(now, now)
-    assert not _options_satisfied(before, now)
+    assert options_satisfied(now, now)
+    assert not options_satisfied(before, now)
 
 
 def test_a_cap_near_the_target_shrinks_what_is_more_than_25_percent_over(tmp_path):

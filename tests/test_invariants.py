@@ -6,10 +6,10 @@ folder). Recorded after the validation rules of issue 25 (export option
 import json
 
 from keras_datum import cache
-from keras_datum import dataset
-from keras_datum import pipeline
+from keras_datum import config
+from keras_datum import store
 
-# `_export_options` at the arguments' defaults, image_size=(224, 224).
+# The export options at the arguments' defaults, image_size=(224, 224).
 EXPORT_OPTIONS = {
     "follow_links": False,
     "max_image_side": 448,
@@ -23,19 +23,19 @@ EXPORT_OPTIONS = {
 
 
 def _options(validation_split=0.2):
-    return dataset._export_options((224, 224), validation_split, None, False, None, "auto", 1)
+    return config.ExportOptions.from_arguments(
+        (224, 224), validation_split, None, False, None, "auto", 1
+    )
 
 
 def test_the_export_options_at_the_defaults_are_unchanged():
-    assert _options() == EXPORT_OPTIONS
+    assert _options().to_json() == EXPORT_OPTIONS
 
 
 def test_the_default_cache_folder_names_are_unchanged(monkeypatch):
     monkeypatch.setenv("KERAS_HOME", "/home/k")
     assert cache.default_cache_dir("/data/flowers") == "/home/k/datum/flowers-a9b2ae66ce"
-    _, carve_defaults = dataset._defaults()
-    options = _options(validation_split=0.1)
-    variant = {k: v for k, v in options.items() if k in carve_defaults and v != carve_defaults[k]}
+    variant = _options(validation_split=0.1).carve_variant()
     assert variant == {"validation_split": 0.1, "max_image_side": 448}
     assert (cache.default_cache_dir("/data/flowers", variant)
             == "/home/k/datum/flowers-5a6f89-a9b2ae66ce")
@@ -48,8 +48,8 @@ def test_the_export_key_of_a_metadata_text_is_unchanged():
         "export_options": EXPORT_OPTIONS,
         "splits": {"train": {"num_examples": 3}},
     }
-    assert int(pipeline.export_key(cache.json_text(meta))) == 1615224723481854115
+    assert int(store.export_key(cache.json_text(meta))) == 1615224723481854115
     # The time stamp and the version are left out of it.
     later = {**meta, "created": "2027-05-05T00:00:00+00:00", "keras_datum_version": "9"}
-    assert int(pipeline.export_key(cache.json_text(later))) == 1615224723481854115
+    assert int(store.export_key(cache.json_text(later))) == 1615224723481854115
     assert json.loads(cache.json_text(meta)) == meta

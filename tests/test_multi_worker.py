@@ -81,22 +81,32 @@ def test_two_workers_read_distinct_shards_and_train(tmp_path):
 
 
 def test_shard_minimum_is_checked_against_the_shards_the_cache_has():
-    from keras_datum.dataset import _enough_shards
-    from keras_datum.dataset import _options_satisfied
+    from keras_datum.metadata import Metadata
+    from keras_datum.store import options_satisfied
 
     base = {"validation_split": 0.2, "seed": 1, "max_image_side": None}
     # The option itself never forces a re-export ...
-    assert _options_satisfied({**base, "min_shards": 1}, {**base, "min_shards": 4})
-    assert _options_satisfied(base, {**base, "min_shards": 2})
+    assert options_satisfied({**base, "min_shards": 1}, {**base, "min_shards": 4})
+    assert options_satisfied(base, {**base, "min_shards": 2})
+
     # ... the shards do: one with examples per worker, in every split.
-    meta = {"splits": {
-        "train": {"num_examples": 30, "shards": [{"num_examples": 15}, {"num_examples": 15}]},
-        "val": {"num_examples": 1, "shards": [{"num_examples": 1}]},
-    }}
-    assert _enough_shards(meta, 2)
-    assert not _enough_shards(meta, 3)
-    meta["splits"]["train"]["shards"][1]["num_examples"] = 0
-    assert not _enough_shards(meta, 2)
+    def meta(train_shards):
+        shards = [{"file": f"train-{i:05d}-of-00002.tfrecord", "num_examples": n}
+                  for i, n in enumerate(train_shards)]
+        return Metadata.from_json({
+            "problem": "classification", "layout": "class_folders", "class_names": [],
+            "label_spec": {}, "features": {}, "export_options": {},
+            "source_fingerprint": {}, "invalid_files": {"count": 0},
+            "splits": {
+                "train": {"num_examples": sum(train_shards), "shards": shards},
+                "val": {"num_examples": 1, "shards": [
+                    {"file": "val-00000-of-00001.tfrecord", "num_examples": 1}]},
+            },
+        })
+
+    assert meta([15, 15]).has_shards_for(2)
+    assert not meta([15, 15]).has_shards_for(3)
+    assert not meta([30, 0]).has_shards_for(2)
 
 
 def test_num_shards_gives_each_worker_a_file_when_there_are_enough_examples():
@@ -115,16 +125,17 @@ def test_shard_subsets_partition_a_split_even_with_fewer_files_than_workers(tmp_
 
     from keras_datum import DatumDataset
     from keras_datum import pipeline
+    from keras_datum.metadata import Metadata
 
     root = make_class_folders(tmp_path / "src", {"a": 5, "b": 4})
     ds = DatumDataset(root, image_size=(16, 16), validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
-    meta = ds.info
-    assert len(meta["splits"]["train"]["shards"]) == 1
+    meta = Metadata.from_json(ds.info)
+    assert len(meta.splits["train"].shards) == 1
     seen = []
     for index in range(3):  # Three workers, one file: shared by example.
         part = pipeline.build(
-            meta, ds.cache_dir, "train", ds._read_options, batch_size=None, shuffle=True,
+            meta, ds.cache_dir, "train", ds.read_options, batch_size=None, shuffle=True,
             repeat=False, seed=None, shuffle_buffer_size=None, shard_subset=(index, 3),
         )
         seen.append(sorted(np.asarray(x).tobytes() for x, _ in part))

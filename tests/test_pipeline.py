@@ -9,6 +9,7 @@ from PIL import Image
 
 from keras_datum import DatumDataset
 from keras_datum import pipeline
+from keras_datum.metadata import Metadata
 
 BATCH_DECODER = pipeline._batch_decoder
 
@@ -83,11 +84,11 @@ def test_mixed_sizes_or_gray_from_rgb_use_the_per_example_path(tmp_path, monkeyp
     make_class_folders(tmp_path / "src", {"b": 3}, size=(9, 8), seed=1)
     ds = DatumDataset(tmp_path / "src", image_size=(8, 8), validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
-    assert pipeline._batch_decoder(ds.info, "train", ds._read_options) is None
+    assert pipeline._batch_decoder(Metadata.from_json(ds.info), "train", ds.read_options) is None
     same = make_class_folders(tmp_path / "same", {"a": 3, "b": 3}, size=(8, 8))
     gray = DatumDataset(same, image_size=(8, 8), color_mode="grayscale",
                         cache_dir=tmp_path / "cache2", verbose=False)
-    assert pipeline._batch_decoder(gray.info, "train", gray._read_options) is None
+    assert pipeline._batch_decoder(Metadata.from_json(gray.info), "train", gray.read_options) is None
 
 
 def _pairs(batches):

@@ -10,8 +10,8 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_datum import DatumDataset
-from keras_datum import export
 from keras_datum import storage
+from keras_datum import store
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_remote_commit_that_died_midway_is_exported_again(ram_root):
     # A commit that died after removing the old metadata: its marker, shards,
     # no metadata.
     tf.io.gfile.remove(f"{cache_dir}/metadata.json")
-    with tf.io.gfile.GFile(f"{cache_dir}/{export.COMMIT_MARKER}", "w") as f:
+    with tf.io.gfile.GFile(f"{cache_dir}/{store.COMMIT_MARKER}", "w") as f:
         f.write("")
     again = DatumDataset(source, cache_dir=cache_dir, verbose=False)
     assert again.num_examples["train"] == 4

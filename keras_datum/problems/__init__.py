@@ -20,6 +20,12 @@ PROBLEMS = {
     module.NAME: module.PROBLEM for module in (detection, segmentation, text, classification)
 }
 PROBLEM_NAMES = tuple(PROBLEMS)
+# Each problem-specific option, and the problems (in registry order) it applies to.
+PROBLEM_OPTIONS = {
+    option: tuple(name for name, problem in PROBLEMS.items() if option in problem.OPTIONS)
+    for problem in PROBLEMS.values()
+    for option in problem.OPTIONS
+}
 
 
 def get(name):

@@ -6,6 +6,15 @@ instance in `problems/__init__.py`. The shared machinery calls only these
 methods; a hook a problem does not need keeps its default here.
 """
 
+import dataclasses
+
+# The read options of every image problem: set on a text dataset, they
+# would do nothing.
+IMAGE_OPTIONS = (
+    "image_size", "color_mode", "interpolation", "crop_to_aspect_ratio",
+    "pad_to_aspect_ratio", "max_image_side",
+)
+
 
 class Problem:
     """A problem type's hooks.
@@ -15,10 +24,23 @@ class Problem:
         batches_itself: whether `batch` replaces plain `batch` (ragged or
             padded boxes, bucketed texts): its examples then never take the
             read path's whole-batch decoding.
+        OPTIONS: the `DatumDataset` arguments that apply to this problem
+            only (or to a few): set away from their defaults on a dataset of
+            another type, they are refused (see `config.read_options_for`).
+        PAD_TO_ASPECT_RATIO: the default of `pad_to_aspect_ratio`.
     """
 
     NAME = ""
     batches_itself = False
+    OPTIONS: tuple = ()
+    PAD_TO_ASPECT_RATIO = False
+
+    def read_defaults(self, options):
+        """`options` (a `config.ReadOptions`) with this problem's defaults
+        in place of the ones left to it."""
+        if options.pad_to_aspect_ratio is None:
+            return dataclasses.replace(options, pad_to_aspect_ratio=self.PAD_TO_ASPECT_RATIO)
+        return options
 
     def find_layout(self, root, follow_links=False):
         """A `sources.Layout`, or `None` when `root` is not of this type.

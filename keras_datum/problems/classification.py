@@ -510,16 +510,16 @@ def _class_label(index):
 
 def refuse_class_label_modes(options, what):
     """For problems whose `y` is not a class: one-hot and binary make no sense."""
-    if options["label_mode"] in ("categorical", "binary"):
+    if options.label_mode in ("categorical", "binary"):
         raise ValueError(
-            f"`label_mode={options['label_mode']!r}` is for classification; "
+            f"`label_mode={options.label_mode!r}` is for classification; "
             f"{what}. Leave label_mode='int'."
         )
 
 
 def check_read_options(info, options):
     spec = info["label_spec"]
-    label_mode = options["label_mode"]
+    label_mode = options.label_mode
     if spec["type"] == "class":
         if label_mode == "binary" and spec["num_classes"] != 2:
             raise ValueError(
@@ -549,7 +549,7 @@ def features(info):
 
 def encode(record, options):
     """Validates one image; returns (features to store, stats)."""
-    features, stats, _ = images.encode_features(record.path, options["max_image_side"])
+    features, stats, _ = images.encode_features(record.path, options.max_image_side)
     features.update(record.labels)
     return features, stats
 
@@ -574,7 +574,7 @@ def decode(parsed, info, options):
 def with_labels(inputs, parsed, info, options):
     """Adds `"labels"` in the form `label_mode` asks for (shared with text)."""
     spec = info["label_spec"]
-    label_mode = options["label_mode"]
+    label_mode = options.label_mode
     if label_mode is None or spec["type"] == "none":
         return inputs
     label = parsed["label"]
@@ -603,6 +603,7 @@ class Classification(base.Problem):
     """The classification problem's hooks: this module's functions."""
 
     NAME = NAME
+    OPTIONS = base.IMAGE_OPTIONS
     find_layout = staticmethod(find_layout)
     features = staticmethod(features)
     encode = staticmethod(encode)

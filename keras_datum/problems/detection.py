@@ -534,7 +534,7 @@ def _to_rel_xyxy(box, box_format, height, width):
 def encode(record, options):
     """Validates the image; clips boxes to it and drops empty ones (counted)."""
     features_out, stats, (height, width) = images.encode_features(
-        record.path, options["max_image_side"]
+        record.path, options.max_image_side
     )
     annotation = record.annotation
     boxes, classes = [], []
@@ -568,7 +568,7 @@ def encode(record, options):
 
 def check_read_options(info, options):
     classification.refuse_class_label_modes(options, "a detection dataset yields box dicts")
-    if options["crop_to_aspect_ratio"]:
+    if options.crop_to_aspect_ratio:
         raise ValueError(
             "`crop_to_aspect_ratio=True` would cut boxes off; detection "
             "datasets resize with `pad_to_aspect_ratio` instead."
@@ -581,7 +581,7 @@ def check_augmentation(augmentation, options):
     another key: Keras's own layers read `labels`, KerasCV's `classes`."""
     from keras_datum import augment
 
-    want, key = options["bounding_box_format"], options["bounding_box_class_key"]
+    want, key = options.bounding_box_format, options.bounding_box_class_key
     for step in augmentation.layers:
         family = augment.image_layer_family(step)
         if family is None:
@@ -615,7 +615,7 @@ def check_augmentation(augmentation, options):
 def check_split(split, split_info, options, augmentations):
     """Warns when `max_boxes` cuts boxes off the split's images (or off
     the mosaics a KerasCV `Mosaic` makes of four of them)."""
-    max_boxes = options["max_boxes"]
+    max_boxes = options.max_boxes
     histogram = split_info.get("images_by_box_count")  # Not in older caches.
     if not max_boxes or not histogram:
         return
@@ -646,11 +646,11 @@ def decode(parsed, info, options):
     """Image resized to `image_size` and its boxes, moved with the pixels."""
     image = images.decode(parsed, options)
     boxes = tf.reshape(parsed["objects/boxes"], [-1, 4])
-    if options["pad_to_aspect_ratio"]:
+    if options.pad_to_aspect_ratio:
         shape = tf.shape(image)
-        target_height, target_width = options["image_size"]
+        target_height, target_width = options.image_size
         scaled_h, scaled_w, top, left = images.pad_geometry(
-            shape[0], shape[1], options["image_size"]
+            shape[0], shape[1], options.image_size
         )
         scale = tf.stack([scaled_w / target_width, scaled_h / target_height] * 2)
         offset = tf.stack([left / target_width, top / target_height] * 2)
@@ -661,11 +661,11 @@ def decode(parsed, info, options):
     boxes = bounding_box.convert_format(
         boxes,
         source="rel_xyxy",
-        target=options["bounding_box_format"],
-        image_shape=(*options["image_size"], 3),
+        target=options.bounding_box_format,
+        image_shape=(*options.image_size, 3),
     )
     classes = tf.cast(parsed["objects/classes"], tf.float32)
-    key = options["bounding_box_class_key"]
+    key = options.bounding_box_class_key
     return {"images": resized, "bounding_boxes": {"boxes": boxes, key: classes}}
 
 
@@ -684,9 +684,9 @@ def _pad(values, max_boxes, tail, batched=False):
 def batch(dataset, batch_size, options):
     """Pads to `max_boxes` (after per-example augmentation, which may change
     the box count), then batches: dense with `max_boxes`, else ragged."""
-    max_boxes = options["max_boxes"]
+    max_boxes = options.max_boxes
     if max_boxes:
-        key = options["bounding_box_class_key"]
+        key = options.bounding_box_class_key
 
         def pad(inputs):
             boxes = inputs["bounding_boxes"]
@@ -711,8 +711,8 @@ def after_batch_augment(inputs, options):
     (Mosaic more of them), Keras's `RandomFlip` dense ones whose padding rows
     it moved too. Padding is a box of -1 with class -1 (`max_boxes=N`), or
     left out (ragged, `max_boxes=None`)."""
-    max_boxes = options["max_boxes"]
-    key = options["bounding_box_class_key"]
+    max_boxes = options.max_boxes
+    key = options.bounding_box_class_key
     boxes, classes = inputs["bounding_boxes"]["boxes"], inputs["bounding_boxes"][key]
     if not max_boxes:
         if not isinstance(classes, tf.RaggedTensor):
@@ -733,6 +733,9 @@ class Detection(base.Problem):
     """The detection problem's hooks: this module's functions."""
 
     NAME = NAME
+    OPTIONS = base.IMAGE_OPTIONS + ("max_boxes", "bounding_box_format", "bounding_box_class_key")
+    # Boxes keep their shape.
+    PAD_TO_ASPECT_RATIO = True
     batches_itself = True
     find_layout = staticmethod(find_layout)
     features = staticmethod(features)

@@ -262,7 +262,7 @@ def encode(record, options):
     the same size with nearest neighbour.
     """
     features_out, stats, source_size = images.encode_features(
-        record.path, options["max_image_side"]
+        record.path, options.max_image_side
     )
     values = _read_mask(record.annotation["mask"])
     if values.shape != source_size:
@@ -330,7 +330,7 @@ def check_augmentation(augmentation, options):
     would make up class ids in the mask."""
     from keras_datum import augment
 
-    height, width = options["image_size"]
+    height, width = options.image_size
     for step in augmentation.layers:
         name = type(step).__name__
         keras_layer = augment.image_layer_family(step) == "keras"
@@ -389,6 +389,7 @@ class Segmentation(base.Problem):
     """The segmentation problem's hooks: this module's functions."""
 
     NAME = NAME
+    OPTIONS = base.IMAGE_OPTIONS
     find_layout = staticmethod(find_layout)
     features = staticmethod(features)
     encode = staticmethod(encode)

@@ -173,10 +173,10 @@ def encode(record, options):
 
 
 def check_read_options(info, options):
-    if options.get("image_dtype") is not None:
+    if options.image_dtype is not None:
         raise ValueError(
             "`image_dtype` applies to images; this is a text dataset without "
-            f"images. Received: image_dtype={options['image_dtype']!r}"
+            f"images. Received: image_dtype={options.image_dtype!r}"
         )
     classification.check_read_options(info, options)
 
@@ -201,7 +201,7 @@ def decode(parsed, info, options):
 
 def batch(dataset, batch_size, options):
     """Plain batches, or length buckets (datum's `bucket_by_sequence_length`)."""
-    boundaries = options["bucket_boundaries"]
+    boundaries = options.bucket_boundaries
     if batch_size is None:
         return dataset
     if not boundaries:
@@ -231,7 +231,7 @@ def batch_count(paths, batch_size, options):
     so the count follows from how many texts fall in each bucket. The texts
     are counted once per process (a fast pass over the text feature only).
     """
-    boundaries = options["bucket_boundaries"]
+    boundaries = options.bucket_boundaries
     if batch_size is None or not boundaries:
         return None
     key = (tuple((p, storage.stat(p)) for p in paths), tuple(boundaries), batch_size)
@@ -259,6 +259,7 @@ class Text(base.Problem):
     """The text problem's hooks: this module's functions."""
 
     NAME = NAME
+    OPTIONS = ("bucket_boundaries",)
     batches_itself = True
     find_layout = staticmethod(find_layout)
     features = staticmethod(features)
