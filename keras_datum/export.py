@@ -343,40 +343,23 @@ def export_layout(
     """
     store.check_cache_target(cache_dir, replacing=True)
     store.remove_leftovers(cache_dir)
-    seed = export_options.seed
-    splits, carved = plan_splits(layout, export_options.validation_split, seed)
-    min_shards = export_options.min_shards
+    splits, carved = plan_splits(layout, export_options.validation_split, export_options.seed)
     plans = {
-        split: plan_split(records, split, seed, min_shards, file_sizes)
+        split: plan_split(records, split, export_options.seed, export_options.min_shards,
+                          file_sizes)
         for split, records in splits.items()
     }
     problem = problems.get(layout.problem)
     feature_spec = problem.features(layout.info)
     tmp_dir = store.temporary_folder(cache_dir)
-    total = sum(len(r) for r in splits.values())
-    spec = layout.info["label_spec"]
-    num_classes = spec["num_classes"] if spec["type"] == "class" else 0
     try:
-        try:
-            if runner is None:
-                with tqdm(
-                    total=total, desc="Exporting", unit="img", disable=not verbose
-                ) as progress:
-                    tallies = _write_locally(
-                        problem, feature_spec, export_options, plans, tmp_dir,
-                        on_invalid, progress,
-                    )
-            else:
-                from keras_datum import beam
-
-                tallies = beam.write_shards(
-                    problem.NAME, feature_spec, export_options, plans, tmp_dir,
-                    on_invalid, runner, beam_options, verbose,
-                )
-        except tf.errors.OpError as e:
-            # TensorFlow's write errors (disk full, permission denied) as the
-            # `OSError` a Python user expects.
-            raise OSError(f"Cannot write the cache: {e.message}") from e
+        tallies = _write_shards(
+            problem, feature_spec, export_options, plans, tmp_dir, on_invalid,
+            total=sum(len(r) for r in splits.values()), verbose=verbose,
+            runner=runner, beam_options=beam_options,
+        )
+        spec = layout.info["label_spec"]
+        num_classes = spec["num_classes"] if spec["type"] == "class" else 0
         split_info, invalid = {}, []
         for split, shards in plans.items():
             split_info[split], bad = split_metadata(shards, tallies[split], num_classes)
@@ -390,28 +373,10 @@ def export_layout(
                 f"{len(splits['train'])} files, all invalid or carved into val{first}."
             )
         cache.write_json(os.path.join(tmp_dir, cache.REPORT_FILE), invalid)
-        meta = {
-            "schema_version": cache.SCHEMA_VERSION,
-            "keras_datum_version": __version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "source": storage.abspath(root),
-            "problem": layout.problem,
-            "layout": layout.name,
-            "class_names": layout.info["class_names"],
-            "label_spec": layout.info["label_spec"],
-            "splits": split_info,
-            "features": {**cache.SOURCE_FEATURES, **feature_spec},
-            "export_options": export_options.to_json(),
-            "validation_carve": {
-                "carved": carved,
-                "validation_split": export_options.validation_split,
-                "seed": seed,
-                "stratified_by_class": carved
-                and layout.info["label_spec"]["type"] == "class",
-            },
-            "source_fingerprint": fingerprint,
-            "invalid_files": {"count": len(invalid), "report": cache.REPORT_FILE},
-        }
+        meta = _metadata(
+            layout, root, split_info, {**cache.SOURCE_FEATURES, **feature_spec},
+            export_options, carved, fingerprint, len(invalid),
+        )
         tfds_metadata.write_tfds_metadata(tmp_dir, meta)
         cache.write_json(os.path.join(tmp_dir, cache.METADATA_FILE), meta)
         storage.remove(os.path.join(tmp_dir, store.LEFTOVER_MARK))
@@ -426,3 +391,52 @@ def export_layout(
             "its reason.",
         )
     return meta
+
+
+def _write_shards(problem, feature_spec, export_options, plans, tmp_dir, on_invalid, *,
+                  total, verbose, runner, beam_options):
+    """Writes the planned shards into `tmp_dir`, in this process's workers
+    or with a Beam `runner`; returns each split's tallies."""
+    try:
+        if runner is None:
+            with tqdm(total=total, desc="Exporting", unit="img", disable=not verbose) as progress:
+                return _write_locally(
+                    problem, feature_spec, export_options, plans, tmp_dir,
+                    on_invalid, progress,
+                )
+        from keras_datum import beam
+
+        return beam.write_shards(
+            problem.NAME, feature_spec, export_options, plans, tmp_dir,
+            on_invalid, runner, beam_options, verbose,
+        )
+    except tf.errors.OpError as e:
+        # TensorFlow's write errors (disk full, permission denied) as the
+        # `OSError` a Python user expects.
+        raise OSError(f"Cannot write the cache: {e.message}") from e
+
+
+def _metadata(layout, root, split_info, features, export_options, carved, fingerprint,
+              invalid_count):
+    """The export's `metadata.json` content (see `cache.validate_metadata`)."""
+    return {
+        "schema_version": cache.SCHEMA_VERSION,
+        "keras_datum_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "source": storage.abspath(root),
+        "problem": layout.problem,
+        "layout": layout.name,
+        "class_names": layout.info["class_names"],
+        "label_spec": layout.info["label_spec"],
+        "splits": split_info,
+        "features": features,
+        "export_options": export_options.to_json(),
+        "validation_carve": {
+            "carved": carved,
+            "validation_split": export_options.validation_split,
+            "seed": export_options.seed,
+            "stratified_by_class": carved and layout.info["label_spec"]["type"] == "class",
+        },
+        "source_fingerprint": fingerprint,
+        "invalid_files": {"count": invalid_count, "report": cache.REPORT_FILE},
+    }
