@@ -8,6 +8,7 @@ dict and must return one. The dict becomes `(x, y)` only at the very end.
 
 import collections
 import contextlib
+import dataclasses
 import random
 
 import keras
@@ -266,11 +267,12 @@ def _apply(step, inputs, argument):
     return outputs
 
 
-def resolve(augment, batch_augment, pre_batching_callback, post_batching_callback):
+def resolve(augment, batch_augment, pre_batching_callback, post_batching_callback,
+            batched=True):
     """Builds the (per-example, per-batch) augmentations from `train()` arguments.
 
     `pre_batching_callback` / `post_batching_callback` are datum's names for
-    `augment` / `batch_augment`.
+    `augment` / `batch_augment`. A per-batch one needs `batched` examples.
     """
     pairs = (
         ("augment", augment, "pre_batching_callback", pre_batching_callback),
@@ -282,6 +284,12 @@ def resolve(augment, batch_augment, pre_batching_callback, post_batching_callbac
             raise ValueError(f"Pass `{name}` or its alias `{alias}`, not both.")
         value = value if value is not None else alias_value
         built.append(None if value is None else Augmentation(value, name))
+    if not batched and built[1] is not None:
+        raise ValueError(
+            "`batch_augment` (or `post_batching_callback`) works on batches, "
+            "but `batch_size` is None: the examples are not batched. Pass a "
+            "batch_size, or use `augment` for per-example layers."
+        )
     return tuple(built)
 
 
@@ -301,3 +309,27 @@ def label_mode_for(augmentations, label_mode, label_spec, preview=False):
         "silence this warning.",
     )
     return "categorical"
+
+
+def read_options_for_split(read, built, split, augmentations, label_spec, preview=False):
+    """The read options of one split's pipeline, and the splits built with
+    the dataset's label mode from then on: `(read, built)`.
+
+    A layer that mixes labels (MixUp, CutMix) switches integer labels to
+    one-hot for the whole dataset, so that `val()` built after it matches
+    `train()` under one loss. Splits already built (`built`) keep their
+    integer labels: a warning names them (a hyperparameter search that
+    tries MixUp after a plain trial builds its splits again; one that mixes
+    old and new would fail in Keras on the label shapes, not silently).
+    """
+    label_mode = label_mode_for(augmentations, read.label_mode, label_spec, preview)
+    if label_mode == read.label_mode:
+        return read, built | {split}
+    if built and not preview:
+        names = ", ".join(f"{name}()" for name in sorted(built))
+        notices.warn(
+            f"{names} of this dataset, built before, keep integer labels: "
+            "build them again to match the one-hot labels from now on, or "
+            "pass label_mode='categorical' to DatumDataset.",
+        )
+    return dataclasses.replace(read, label_mode=label_mode), {split}

@@ -448,6 +448,31 @@ def configure(**arguments):
     )
 
 
+def check_datum_read_arguments(options, class_names):
+    """`from_tfrecords`'s checks: reading options only, and class names.
+
+    Raises:
+        TypeError: an option that concerns the export.
+        ValueError: `class_names` is not a list of distinct strings.
+    """
+    unknown = sorted(set(options) - set(DATUM_READ_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"from_tfrecords() got options it does not take: {unknown}. A datum "
+            "export is read as it is; it takes the reading options "
+            f"{', '.join(DATUM_READ_OPTIONS)}."
+        )
+    if class_names is not None and (
+        not isinstance(class_names, (list, tuple))
+        or not all(isinstance(n, str) for n in class_names)
+        or len(set(class_names)) != len(class_names)
+    ):
+        raise ValueError(
+            "`class_names` must be a list of distinct strings or None. "
+            f"Received: class_names={class_names!r}"
+        )
+
+
 def _in_words(names):
     """('a', 'b', 'c') -> 'a, b and c'."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

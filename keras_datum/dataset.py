@@ -13,7 +13,6 @@ from keras_datum import cache
 from keras_datum import config as config_lib
 from keras_datum import datum_format
 from keras_datum import distribute
-from keras_datum import notices
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import source_types
@@ -311,22 +310,7 @@ class DatumDataset:
         model.fit(ds.train(), validation_data=ds.val(), epochs=10)
         ```
         """
-        unknown = sorted(set(options) - set(config_lib.DATUM_READ_OPTIONS))
-        if unknown:
-            raise TypeError(
-                f"from_tfrecords() got options it does not take: {unknown}. A datum "
-                "export is read as it is; it takes the reading options "
-                f"{', '.join(config_lib.DATUM_READ_OPTIONS)}."
-            )
-        if class_names is not None and (
-            not isinstance(class_names, (list, tuple))
-            or not all(isinstance(n, str) for n in class_names)
-            or len(set(class_names)) != len(class_names)
-        ):
-            raise ValueError(
-                "`class_names` must be a list of distinct strings or None. "
-                f"Received: class_names={class_names!r}"
-            )
+        config_lib.check_datum_read_arguments(options, class_names)
         dataset = cls(path, **options)
         # The JSON files, the shards' presence and the feature layout are
         # checked now, before any shard is read.
@@ -477,16 +461,11 @@ class DatumDataset:
             runtime.batch_size if batch_size == "default" else batch_size
         )
         augmentations = augment_lib.resolve(
-            augment, batch_augment, pre_batching_callback, post_batching_callback
+            augment, batch_augment, pre_batching_callback, post_batching_callback,
+            batched=batch_size is not None,
         )
-        if batch_size is None and augmentations[1] is not None:
-            raise ValueError(
-                "`batch_augment` (or `post_batching_callback`) works on batches, "
-                "but `batch_size` is None: the examples are not batched. Pass a "
-                "batch_size, or use `augment` for per-example layers."
-            )
         if data_service is not None:
-            self._check_data_service(data_service)
+            distribute.check_data_service(data_service, self.strategy)
         check = functools.partial(self._check_augmentations, augmentations)
         # Before an export (once the layout is found), and for a cache read
         # as it is.
@@ -494,7 +473,11 @@ class DatumDataset:
         check(meta.problem)
         guard = self._source.guard(meta)
         meta.split(split)
-        read = self._read_options_for(split, augmentations, meta, preview)
+        read, built = augment_lib.read_options_for_split(
+            self._read, self._built_splits, split, augmentations, meta.label_spec, preview
+        )
+        if not preview:  # A preview's switch is its own.
+            self._read, self._built_splits = read, built
         problems.get(meta.problem).check_split(
             split, meta.splits[split].stats, read, augmentations
         )
@@ -532,72 +515,9 @@ class DatumDataset:
             on_invalid=runtime.on_invalid,
             **options,
         )
-        if distribute.num_workers(strategy) <= 1:
-            return build(
-                batch_size=batch_size,
-                shard_policy=distribute.auto_shard_policy(
-                    strategy, len(meta.splits[split].filled_shards)
-                ),
-            )
-
-        # Multi-worker training: each worker's input pipeline reads its own
-        # shard files, at the per-replica batch size.
-        def dataset_fn(context):
-            return build(
-                batch_size=None
-                if batch_size is None
-                else context.get_per_replica_batch_size(batch_size),
-                shard_subset=(context.input_pipeline_id, context.num_input_pipelines),
-            )
-
-        return strategy.distribute_datasets_from_function(dataset_fn)
-
-    def _check_data_service(self, data_service):
-        if not isinstance(data_service, str) or not data_service:
-            raise ValueError(
-                "`data_service` must be a tf.data service dispatcher address "
-                f"such as 'grpc://host:5050', or None. Received: data_service={data_service!r}"
-            )
-        if distribute.num_workers(self.strategy) > 1:
-            # Each trainer worker would open its own job and read a whole
-            # epoch, and FILE sharding cannot split a service's dataset.
-            raise ValueError(
-                "`data_service` cannot be combined with a multi-worker "
-                "`strategy`: every worker would train on every example once per "
-                "epoch. Use the multi-worker strategy alone (each worker reads "
-                "its own shard files), or the data service with one trainer."
-            )
-
-    def _read_options_for(self, split, augmentations, meta, preview):
-        """The read options for one split's pipeline.
-
-        A layer that mixes labels (MixUp, CutMix) switches integer labels to
-        one-hot for the whole dataset, so that `val()` built after it
-        matches `train()` under one loss. A preview's switch is its own.
-        Splits already built keep their integer labels: a warning names
-        them (a hyperparameter search that tries MixUp after a plain trial
-        builds its splits again; one that mixes old and new would fail in
-        Keras on the label shapes, not silently).
-        """
-        label_mode = augment_lib.label_mode_for(
-            augmentations, self._read.label_mode, meta.label_spec, preview
+        return distribute.distributed_dataset(
+            strategy, build, batch_size, len(meta.splits[split].filled_shards)
         )
-        if label_mode == self._read.label_mode:
-            if not preview:
-                self._built_splits.add(split)
-            return self._read
-        if preview:
-            return dataclasses.replace(self._read, label_mode=label_mode)
-        if self._built_splits:
-            built = ", ".join(f"{name}()" for name in sorted(self._built_splits))
-            notices.warn(
-                f"{built} of this dataset, built before, keep integer labels: "
-                "build them again to match the one-hot labels from now on, or "
-                "pass label_mode='categorical' to DatumDataset.",
-            )
-        self._read = dataclasses.replace(self._read, label_mode=label_mode)
-        self._built_splits = {split}
-        return self._read
 
     def train(
         self,
@@ -718,17 +638,14 @@ class DatumDataset:
         """
         from keras_datum import visualize
 
-        config_lib.check_positive("num_images", num_images)
-        config_lib.check_positive("columns", columns)
         # Everything that can be checked without the cache, before it is made.
+        visualize.check_preview_arguments(num_images, columns, path)
         config_lib.check_seed(seed)
         augment_lib.resolve(augment, batch_augment, None, None)
         if not self._source.in_place and split not in _SPLITS:
             raise ValueError(
                 f"`split` must be one of {list(_SPLITS)}. Received: split={split!r}"
             )
-        if path is not None:
-            visualize.check_figure_path(path)
         if self._metadata().problem == problems.text.NAME:
             raise ValueError(
                 "preview() draws images; for a text dataset look at "
@@ -736,22 +653,11 @@ class DatumDataset:
             )
         batch = max(2, num_images) if batch_augment is not None else None
         dataset = self._split(
-            split,
-            batch,
-            split == "train",
-            False,
-            seed,
-            augment,
-            batch_augment,
-            preview=True,
+            split, batch, split == "train", False, seed, augment, batch_augment, preview=True
         )
-        if batch is not None:
-            dataset = dataset.unbatch()
         figure = visualize.preview_figure(
-            dataset,
-            self.class_names,
-            num_images=num_images,
-            columns=columns,
+            dataset if batch is None else dataset.unbatch(), self.class_names,
+            num_images=num_images, columns=columns,
             box_format=self._read.bounding_box_format,
         )
         if path is not None:

@@ -193,3 +193,48 @@ def auto_shard_policy(strategy, num_files):
     if num_files >= workers:
         return tf.data.experimental.AutoShardPolicy.FILE
     return tf.data.experimental.AutoShardPolicy.DATA
+
+
+def check_data_service(data_service, strategy):
+    """Refuses a malformed dispatcher address, and a data service under a
+    multi-worker `strategy`."""
+    if not isinstance(data_service, str) or not data_service:
+        raise ValueError(
+            "`data_service` must be a tf.data service dispatcher address "
+            f"such as 'grpc://host:5050', or None. Received: data_service={data_service!r}"
+        )
+    if num_workers(strategy) > 1:
+        # Each trainer worker would open its own job and read a whole
+        # epoch, and FILE sharding cannot split a service's dataset.
+        raise ValueError(
+            "`data_service` cannot be combined with a multi-worker "
+            "`strategy`: every worker would train on every example once per "
+            "epoch. Use the multi-worker strategy alone (each worker reads "
+            "its own shard files), or the data service with one trainer."
+        )
+
+
+def distributed_dataset(strategy, build, batch_size, num_files):
+    """The dataset `build` makes, on `strategy`.
+
+    Args:
+        build: `build(batch_size=..., shard_policy=...)` on one worker, or
+            `build(batch_size=..., shard_subset=(index, count))` for one of
+            several workers' input pipelines.
+        batch_size: the global batch size, or None.
+        num_files: the split's shard files (the auto-shard policy's choice).
+    """
+    if num_workers(strategy) <= 1:
+        return build(batch_size=batch_size, shard_policy=auto_shard_policy(strategy, num_files))
+
+    # Multi-worker training: each worker's input pipeline reads its own
+    # shard files, at the per-replica batch size.
+    def dataset_fn(context):
+        return build(
+            batch_size=None
+            if batch_size is None
+            else context.get_per_replica_batch_size(batch_size),
+            shard_subset=(context.input_pipeline_id, context.num_input_pipelines),
+        )
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

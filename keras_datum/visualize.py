@@ -5,6 +5,16 @@ import os
 
 import numpy as np
 
+from keras_datum import config
+
+
+def check_preview_arguments(num_images, columns, path):
+    """`preview()`'s own arguments, checked before the cache is made."""
+    config.check_positive("num_images", num_images)
+    config.check_positive("columns", columns)
+    if path is not None:
+        check_figure_path(path)
+
 
 def check_figure_path(path):
     """Refuses a path whose extension matplotlib cannot save, before any work."""
