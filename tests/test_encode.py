@@ -231,6 +231,9 @@ def _save_png(path, pixels):
 
 
 def test_decode_takes_raw_pixels_when_they_are_exact_and_the_png_otherwise():
+    import dataclasses
+
+    from keras_datum import config
     from keras_datum import images
 
     pixels = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
@@ -243,13 +246,13 @@ def test_decode_takes_raw_pixels_when_they_are_exact_and_the_png_otherwise():
         "image/pixels": tf.constant(pixels.tobytes()),
         "image/channels": tf.constant(3, tf.int64),
     }
-    options = {"color_mode": "rgba", "image_size": (2, 3)}
+    options = config.ReadOptions(color_mode="rgba", image_size=(2, 3))
     rgba = images.decode(parsed, options).numpy()
     np.testing.assert_array_equal(rgba[..., :3], pixels)
     assert (rgba[..., 3] == 255).all()
     # RGB to grayscale is libpng's conversion: the PNG is decoded.
     parsed["image"] = tf.constant(png)
-    gray = images.decode(parsed, {**options, "color_mode": "grayscale"}).numpy()
+    gray = images.decode(parsed, dataclasses.replace(options, color_mode="grayscale")).numpy()
     np.testing.assert_array_equal(gray, tf.io.decode_png(png, channels=1).numpy())
 
 
