@@ -32,7 +32,7 @@ from keras_datum import notices
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import base
-from keras_datum.problems import classification
+from keras_datum.problems import labels
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
@@ -567,7 +567,7 @@ def encode(record, options):
 
 
 def check_read_options(info, options):
-    classification.refuse_class_label_modes(options, "a detection dataset yields box dicts")
+    labels.refuse_class_label_modes(options, "a detection dataset yields box dicts")
     if options.crop_to_aspect_ratio:
         raise ValueError(
             "`crop_to_aspect_ratio=True` would cut boxes off; detection "
