@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from keras_datum import DatumDataset
 from keras_datum import datum_format
 from keras_datum.problems import classification
-from keras_datum.problems import detection
+from keras_datum.problems import detection_layouts
 from keras_datum.problems import text
 from keras_datum.problems.labels import MAX_CLASSES
 
@@ -68,7 +68,7 @@ xml_text = st.one_of(
 @given(xml_text)
 def test_voc_xml_parser(content):
     path = _write("fuzz.xml", content)
-    _documented(lambda: detection.parse_voc_xml(path), path)
+    _documented(lambda: detection_layouts.parse_voc_xml(path), path)
 
 
 json_values = st.recursive(
@@ -101,7 +101,7 @@ coco_like = st.fixed_dictionaries(
 @given(st.one_of(coco_like.map(json.dumps), json_values.map(json.dumps), st.text(max_size=200)))
 def test_coco_json_parser(content):
     path = _write("instances_fuzz.json", content)
-    parsed = _documented(lambda: detection.parse_coco_json(path), path)
+    parsed = _documented(lambda: detection_layouts.parse_coco_json(path), path)
     if parsed is not None:
         # Floats, so that no box arithmetic at export can overflow.
         assert all(type(v) is float for ann in parsed[1] for v in ann["bbox"])
@@ -120,7 +120,7 @@ yolo_line = st.one_of(
 @given(st.lists(yolo_line, max_size=5).map("\n".join))
 def test_yolo_label_parser(content):
     path = _write("fuzz.txt", content)
-    parsed = _documented(lambda: detection.parse_yolo_labels(path, num_classes=3), path)
+    parsed = _documented(lambda: detection_layouts.parse_yolo_labels(path, num_classes=3), path)
     if parsed is not None:
         assert all(0 <= c < 3 for c in parsed[1])
 
