@@ -262,6 +262,32 @@ def _find_coco(root, follow_links):
             files[match.group(1)] = os.path.join(annotation_dir, name)
     if not files:
         return None
+    parsed, class_names, index_of = _read_coco_files(files)
+    splits = {}
+    for split_name, (path, images_by_id, annotations) in parsed.items():
+        records = _coco_records(root, split_name, path, images_by_id, annotations, index_of)
+        split = _coco_split(split_name)
+        if split in splits:
+            raise ValueError(f"{root!r} has two COCO annotation files for split {split!r}.")
+        splits[split] = records
+    sources.require_train(splits, root, "annotations/instances_train.json")
+    return _detection_layout("coco", splits, class_names, list(files.values()))
+
+
+def _read_coco_files(files):
+    """Parses the COCO files `{split name: path}` and checks that their
+    categories agree.
+
+    Returns:
+        `{split name: (path, images by id, annotations)}`, the class names
+        (in the order of the sorted category ids) and `{category id: class
+        index}`.
+
+    Raises:
+        ValueError: one category id named differently in two files, two
+            ids of one name, or ids that mix integers and strings; names
+            the files and entries.
+    """
     parsed, categories, named_in = {}, {}, {}
     for split_name, path in files.items():
         images_by_id, annotations, cats = parse_coco_json(path)
@@ -293,47 +319,51 @@ def _find_coco(root, follow_links):
     ids = sorted(categories)
     class_names = [str(categories[i]) for i in ids]
     index_of = {cat_id: index for index, cat_id in enumerate(ids)}
-    splits = {}
-    for split_name, (path, images_by_id, annotations) in parsed.items():
-        image_dir = next(
-            (
-                d
-                for d in (
-                    os.path.join(root, split_name),
-                    os.path.join(root, "images", split_name),
-                    os.path.join(root, _coco_split(split_name)),
-                    os.path.join(root, "images", _coco_split(split_name)),
-                )
-                if storage.isdir(d)
-            ),
-            None,
-        )
-        if image_dir is None:
-            raise ValueError(f"{path}: no image folder {split_name!r} or images/{split_name!r}.")
-        objects = {image_id: [] for image_id in images_by_id}
-        for index, ann in enumerate(annotations):
-            if ann.get("iscrowd"):
-                continue
-            if ann["image_id"] not in objects:
-                raise ValueError(f"{path}: annotations[{index}] names unknown image_id {ann['image_id']!r}.")
-            if ann["category_id"] not in index_of:
-                raise ValueError(
-                    f"{path}: annotations[{index}] has unknown category_id {ann['category_id']!r}."
-                )
-            x, y, w, h = ann["bbox"]
-            objects[ann["image_id"]].append(([x, y, x + w, y + h], index_of[ann["category_id"]]))
-        records = []
-        for image_id in sorted(images_by_id, key=lambda i: str(images_by_id[i]["file_name"])):
-            image_path = sources.resolve_inside(image_dir, images_by_id[image_id]["file_name"], path)
-            boxes = [b for b, _ in objects[image_id]]
-            classes = [c for _, c in objects[image_id]]
-            records.append(_record(root, image_path, boxes, classes, "xyxy"))
-        split = _coco_split(split_name)
-        if split in splits:
-            raise ValueError(f"{root!r} has two COCO annotation files for split {split!r}.")
-        splits[split] = records
-    sources.require_train(splits, root, "annotations/instances_train.json")
-    return _detection_layout("coco", splits, class_names, list(files.values()))
+    return parsed, class_names, index_of
+
+
+def _coco_records(root, split_name, path, images_by_id, annotations, index_of):
+    """The records of one COCO file (`path`, of the split `split_name`),
+    sorted by file name; `iscrowd` regions are left out.
+
+    Raises:
+        ValueError: no image folder for the split, or an annotation naming
+            an unknown image or category; names the file and entry.
+    """
+    image_dir = next(
+        (
+            d
+            for d in (
+                os.path.join(root, split_name),
+                os.path.join(root, "images", split_name),
+                os.path.join(root, _coco_split(split_name)),
+                os.path.join(root, "images", _coco_split(split_name)),
+            )
+            if storage.isdir(d)
+        ),
+        None,
+    )
+    if image_dir is None:
+        raise ValueError(f"{path}: no image folder {split_name!r} or images/{split_name!r}.")
+    objects = {image_id: [] for image_id in images_by_id}
+    for index, ann in enumerate(annotations):
+        if ann.get("iscrowd"):
+            continue
+        if ann["image_id"] not in objects:
+            raise ValueError(f"{path}: annotations[{index}] names unknown image_id {ann['image_id']!r}.")
+        if ann["category_id"] not in index_of:
+            raise ValueError(
+                f"{path}: annotations[{index}] has unknown category_id {ann['category_id']!r}."
+            )
+        x, y, w, h = ann["bbox"]
+        objects[ann["image_id"]].append(([x, y, x + w, y + h], index_of[ann["category_id"]]))
+    records = []
+    for image_id in sorted(images_by_id, key=lambda i: str(images_by_id[i]["file_name"])):
+        image_path = sources.resolve_inside(image_dir, images_by_id[image_id]["file_name"], path)
+        boxes = [b for b, _ in objects[image_id]]
+        classes = [c for _, c in objects[image_id]]
+        records.append(_record(root, image_path, boxes, classes, "xyxy"))
+    return records
 
 
 # --- YOLO -------------------------------------------------------------------
