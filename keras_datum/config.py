@@ -19,8 +19,8 @@ from keras_datum import distribute
 from keras_datum import encode as encode_lib
 from keras_datum import images
 from keras_datum import problems
-from keras_datum.problems import classification
 from keras_datum.problems import detection
+from keras_datum.problems import labels
 
 # Without a seed the carve and the write-time shuffle still have to be the
 # same in every process, so an unseeded dataset uses this one.
@@ -355,7 +355,7 @@ def _default_export_options():
 def _check_read_arguments(a):
     """The checks of the reading arguments (`a`: all arguments), in the
     order of the signature, so that the first bad one is named."""
-    check_choice("label_mode", a["label_mode"], classification.LABEL_MODES)
+    check_choice("label_mode", a["label_mode"], labels.LABEL_MODES)
     check_choice("color_mode", a["color_mode"], tuple(images.CHANNELS))
     check_choice("interpolation", a["interpolation"], INTERPOLATIONS)
     for name in ("crop_to_aspect_ratio", "shuffle", "follow_links", "verbose"):

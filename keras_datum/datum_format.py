@@ -44,6 +44,7 @@ from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import classification
 from keras_datum.problems import detection
+from keras_datum.problems import labels
 from keras_datum.version import __version__
 
 SHARD_INFO_FILE = "shard_info.json"
@@ -367,17 +368,17 @@ def _class_count(found, splits, column, high, count):
 
     Raises:
         ValueError: `count` is above both the number of examples and
-            `classification.MAX_CLASSES` (an id taken for a label); names
+            `labels.MAX_CLASSES` (an id taken for a label); names
             the shard holding the largest label.
     """
     if high is None:
         return 0
     examples = sum(info["num_examples"] for info in splits.values())
-    if count > max(examples, classification.MAX_CLASSES):
+    if count > max(examples, labels.MAX_CLASSES):
         raise ValueError(
             f"{found['max_file']}: the label column {column!r} holds {high}, which "
             f"would make {count} classes, more than the {examples} examples and "
-            f"the limit of {classification.MAX_CLASSES}: is it an id rather than "
+            f"the limit of {labels.MAX_CLASSES}: is it an id rather than "
             f"a class label? Received: {high}"
         )
     return int(count)

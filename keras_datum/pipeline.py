@@ -17,6 +17,7 @@ from keras_datum import problems
 from keras_datum import read_guard
 from keras_datum import storage
 from keras_datum import store
+from keras_datum.problems import labels
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Encoded examples held for shuffling. With the write-time shuffle and the
@@ -119,7 +120,7 @@ def _batch_decoder(meta, split, options):
         batch.set_shape((None, *options.image_size, want))
         # Integer, one-hot and regression labels are element-wise: the
         # problem's own labelling works on the whole batch.
-        return problems.classification.with_labels({"images": batch}, parsed, meta.json, options)
+        return labels.with_labels({"images": batch}, parsed, meta.json, options)
 
     def apply(blocks, deterministic, then=_unchanged):
         """Blocks of serialized examples -> blocks of decoded examples.

@@ -11,7 +11,7 @@ from helpers import read_split
 from helpers import unbatched
 
 from keras_datum import DatumDataset
-from keras_datum.problems.classification import parse_label_cell
+from keras_datum.problems.labels import parse_label_cell
 
 
 def make_csv_layout(root, rows_by_split, header=("filename", "label"), ext="png"):

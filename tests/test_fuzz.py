@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from keras_datum import DatumDataset
 from keras_datum import datum_format
 from keras_datum.problems import classification
-from keras_datum.problems import detection
+from keras_datum.problems import detection_layouts
 from keras_datum.problems import text
+from keras_datum.problems.labels import MAX_CLASSES
 
 CASES = settings(
     max_examples=1000,
@@ -67,7 +68,7 @@ xml_text = st.one_of(
 @given(xml_text)
 def test_voc_xml_parser(content):
     path = _write("fuzz.xml", content)
-    _documented(lambda: detection.parse_voc_xml(path), path)
+    _documented(lambda: detection_layouts.parse_voc_xml(path), path)
 
 
 json_values = st.recursive(
@@ -100,7 +101,7 @@ coco_like = st.fixed_dictionaries(
 @given(st.one_of(coco_like.map(json.dumps), json_values.map(json.dumps), st.text(max_size=200)))
 def test_coco_json_parser(content):
     path = _write("instances_fuzz.json", content)
-    parsed = _documented(lambda: detection.parse_coco_json(path), path)
+    parsed = _documented(lambda: detection_layouts.parse_coco_json(path), path)
     if parsed is not None:
         # Floats, so that no box arithmetic at export can overflow.
         assert all(type(v) is float for ann in parsed[1] for v in ann["bbox"])
@@ -119,7 +120,7 @@ yolo_line = st.one_of(
 @given(st.lists(yolo_line, max_size=5).map("\n".join))
 def test_yolo_label_parser(content):
     path = _write("fuzz.txt", content)
-    parsed = _documented(lambda: detection.parse_yolo_labels(path, num_classes=3), path)
+    parsed = _documented(lambda: detection_layouts.parse_yolo_labels(path, num_classes=3), path)
     if parsed is not None:
         assert all(0 <= c < 3 for c in parsed[1])
 
@@ -169,7 +170,7 @@ def _assert_labels_fit(layout):
     spec = layout.info["label_spec"]
     labels = [x for r in layout.splits["train"] for x in r.labels.get("label", [])]
     if spec["type"] in ("class", "multi_label"):
-        assert spec["num_classes"] <= max(classification.MAX_CLASSES, len(layout.splits["train"]))
+        assert spec["num_classes"] <= max(MAX_CLASSES, len(layout.splits["train"]))
         assert all(0 <= x < spec["num_classes"] for x in labels)
     elif spec["type"] == "regression":
         assert all(abs(x) <= 3.4028234663852886e38 for x in labels)

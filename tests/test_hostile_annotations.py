@@ -19,7 +19,7 @@ from test_datum_format import write_datum_export
 
 from keras_datum import DatumDataset
 from keras_datum import datum_format
-from keras_datum.problems import classification
+from keras_datum.problems import labels
 
 HUGE = 10**400
 
@@ -52,7 +52,7 @@ def test_a_multi_label_list_holding_an_id_is_refused(tmp_path):
 
 
 def test_more_classes_than_the_cap_are_read_when_there_are_as_many_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(classification, "MAX_CLASSES", 2)
+    monkeypatch.setattr(labels, "MAX_CLASSES", 2)
     rows = [(f"img{i}", i) for i in range(4)]
     ds = _export(make_csv_layout(tmp_path / "src", {"train": rows}), tmp_path)
     assert ds.class_names == ["0", "1", "2", "3"]

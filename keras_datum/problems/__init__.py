@@ -4,6 +4,7 @@ A problem module defines a subclass of `base.Problem` (the hooks the
 export, the cache and the read path call, with their defaults) and one
 instance of it, `PROBLEM`, registered in `PROBLEMS` below. Adding a problem
 type is writing one module and adding it there (see docs/architecture.md).
+`labels` is no problem: it holds the label code the problems share.
 """
 
 import os

@@ -27,32 +27,19 @@ Source layouts, tried in this order:
 
 import csv
 import io
-import math
 import os
-import re
-
-import tensorflow as tf
 
 from keras_datum import images
 from keras_datum import notices
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import base
+from keras_datum.problems import labels
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
 NAME = "classification"
 SPLIT_FOLDERS = sources.SPLIT_NAMES
-LABEL_MODES = ("int", "categorical", "binary", None)
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-# Integer labels are classes 0..K-1, K = the largest + 1, and each gets a
-# name. An id column taken for the label (one cell `2000000000`) would build
-# two billion names: 2 GB in seconds. 100,000 is 5x the largest class counts
-# in use (ImageNet-21k has 21,841); K above it is refused unless the CSV has
-# as many rows, the least a dataset of that many classes needs.
-MAX_CLASSES = 100_000
-# Regression targets are stored as float32; a larger value would become inf.
-_FLOAT32_MAX = 3.4028234663852886e38
 
 
 # --- Finding examples -------------------------------------------------------
@@ -109,7 +96,7 @@ def find_folder_layout(
             f"of {', '.join(formats)} inside one folder per class."
         )
     return Layout(
-        name=name, problem=problem, splits=splits, info=class_info(class_names)
+        name=name, problem=problem, splits=splits, info=labels.class_info(class_names)
     )
 
 
@@ -188,13 +175,6 @@ def _class_folder_records(directory, class_names, root, follow_links, formats, t
     return records
 
 
-def class_info(class_names):
-    return {
-        "class_names": list(class_names),
-        "label_spec": {"type": "class", "num_classes": len(class_names)},
-    }
-
-
 # --- Datum's CSV layout -----------------------------------------------------
 
 
@@ -237,17 +217,17 @@ def _find_csv_layout(root, follow_links):
         {split: [path for path, _, _ in rows] for split, rows in rows_by_split.items()},
         follow_links,
     )
-    label_spec, class_names, encode = _infer_labels(columns, rows_by_split)
+    label_spec, class_names, encode = labels.infer_labels(columns, rows_by_split)
     splits = {}
     for split, rows in rows_by_split.items():
         splits[split] = []
         for path, cells, _where in rows:
-            labels, stratum = encode(cells)
+            record_labels, stratum = encode(cells)
             splits[split].append(
                 ExampleRecord(
                     path=path,
                     relpath=sources.relative_path(path, root),
-                    labels=labels,
+                    labels=record_labels,
                     stratum=stratum,
                 )
             )
@@ -321,230 +301,12 @@ def _read_csv(root, folder, csv_path, follow_links):
     return label_columns, rows
 
 
-def parse_label_cell(text, where):
-    """Parses one CSV label cell: an int, a float, a `[list]` of them, or a name.
-
-    Never evaluates the text: numbers are matched explicitly.
-
-    Raises:
-        ValueError: a list item that is not a number, an empty cell, or an
-            integer too long for Python to read; names `where`.
-    """
-    text = text.strip()
-    if text.startswith("[") and text.endswith("]"):
-        items = [t for t in re.split(r"[,\s;]+", text[1:-1]) if t]
-        values = []
-        for item in items:
-            if not _NUMBER.match(item):
-                raise ValueError(f"{where}: {item!r} in {text!r} is not a number.")
-            values.append(_number(item, where))
-        return values
-    if _NUMBER.match(text):
-        return _number(text, where)
-    if not text:
-        raise ValueError(f"{where}: empty label cell.")
-    return text
-
-
-def _number(text, where):
-    if not re.fullmatch(r"[+-]?\d+", text):
-        return float(text)  # Too large a float is inf, refused where it matters.
-    try:
-        return int(text)
-    except ValueError:  # More digits than Python converts (sys.int_info).
-        raise ValueError(
-            f"{where}: the integer {_shown(text)} has {len(text)} digits, too many "
-            "for a label."
-        ) from None
-
-
-def _shown(value, limit=24):
-    """`value` as text, cut to `limit` characters (a label can be 4,000 digits)."""
-    text = str(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def check_class_labels(labels, num_rows):
-    """Checks class indices before the class list (0..K-1) is built.
-
-    Args:
-        labels: `(label, where)` pairs, `where` naming the file and line.
-        num_rows: how many examples the labels are for.
-
-    Returns:
-        K, the number of classes: the largest label + 1 (0 for no labels).
-
-    Raises:
-        ValueError: a negative label, or K above both `num_rows` and
-            `MAX_CLASSES` (an id column taken for the label); names the
-            file, the line and the value.
-    """
-    largest, largest_where = -1, None
-    for label, where in labels:
-        if label < 0:
-            raise ValueError(f"{where}: class labels must be >= 0. Received: {_shown(label)}")
-        if label > largest:
-            largest, largest_where = label, where
-    if largest + 1 > max(num_rows, MAX_CLASSES):
-        raise ValueError(
-            f"{largest_where}: the class label {_shown(largest)} would make "
-            f"{_shown(largest + 1)} classes (labels are 0..K-1), more than the "
-            f"{num_rows} examples and the limit of {MAX_CLASSES}. Is this column "
-            f"an id rather than a class label? Received: {_shown(largest)}"
-        )
-    return largest + 1
-
-
-def regression_target(value, where):
-    """`value` as the float32 a regression target is stored as.
-
-    Raises:
-        ValueError: `value` is beyond float32's range (it would be stored
-            as inf); names `where` and the value.
-    """
-    try:
-        number = float(value)
-    except OverflowError:  # An int of more than 308 digits.
-        number = math.inf
-    if not abs(number) <= _FLOAT32_MAX:
-        raise ValueError(
-            f"{where}: the regression target {_shown(value)} does not fit in "
-            f"float32 (at most {_FLOAT32_MAX:.4g} in size). Received: {_shown(value)}"
-        )
-    return number
-
-
-def _infer_labels(columns, rows_by_split):
-    """Chooses the label type from every cell; returns (spec, names, encode)."""
-    all_rows = [row for rows in rows_by_split.values() for row in rows]
-    if not columns:
-        return {"type": "none"}, [], lambda cells: ({}, None)
-    wheres = [where for _, _, where in all_rows]
-    parsed = [
-        [parse_label_cell(cell, where) for cell in cells]
-        for _, cells, where in all_rows
-    ]
-    if len(columns) > 1:
-        return _several_columns(columns, parsed, wheres)
-    values = [v[0] for v in parsed]
-    kinds = {
-        "list" if isinstance(v, list) else "str" if isinstance(v, str) else
-        "int" if isinstance(v, int) else "float"
-        for v in values
-    }
-    if kinds == {"str"}:
-        names = sorted(set(values))
-        index = {name: i for i, name in enumerate(names)}
-        spec = {"type": "class", "num_classes": len(names), "columns": columns}
-        return spec, names, lambda cells: _class_label(index[cells[0].strip()])
-    if kinds == {"int"}:
-        count = check_class_labels(zip(values, wheres), len(values))
-        spec = {"type": "class", "num_classes": count, "columns": columns}
-        return spec, [str(i) for i in range(count)], lambda cells: _class_label(
-            int(cells[0])
-        )
-    if kinds <= {"int", "float"}:
-        for value, where in zip(values, wheres):
-            regression_target(value, where)
-        spec = {"type": "regression", "size": 1, "columns": columns}
-        return spec, [], lambda cells: ({"label": [float(cells[0])]}, None)
-    if kinds == {"list"}:
-        return _list_labels(columns, values, wheres)
-    raise ValueError(
-        f"Column {columns[0]!r} mixes label kinds {sorted(kinds)}; use one of "
-        "integers, floats, [lists] or class names throughout."
-    )
-
-
-def _several_columns(columns, parsed, wheres):
-    """Several label columns: one regression target, a number per column."""
-    for where, values in zip(wheres, parsed):
-        for column, value in zip(columns, values):
-            if not isinstance(value, (int, float)):
-                raise ValueError(
-                    f"{where}: column {column!r} must hold a number when "
-                    f"there are several label columns. Received: {value!r}"
-                )
-            regression_target(value, where)
-    spec = {"type": "regression", "size": len(columns), "columns": columns}
-    return spec, [], lambda cells: (
-        {"label": [float(parse_label_cell(c, "")) for c in cells]},
-        None,
-    )
-
-
-def _list_labels(columns, values, wheres):
-    """`[lists]`: multi-label class indices when all are ints >= 0, else
-    regression targets of one length."""
-    if all(isinstance(x, int) and x >= 0 for v in values for x in v):
-        labels = ((x, where) for v, where in zip(values, wheres) for x in v)
-        count = check_class_labels(labels, len(values))
-        spec = {"type": "multi_label", "num_classes": count, "columns": columns}
-        names = [str(i) for i in range(count)]
-        return spec, names, lambda cells: (
-            {"label": parse_label_cell(cells[0], "")},
-            None,
-        )
-    sizes = {len(v) for v in values}
-    if len(sizes) != 1:
-        raise ValueError(
-            f"Column {columns[0]!r} holds float lists of different lengths "
-            f"{sorted(sizes)}; regression targets need one length."
-        )
-    for value, where in zip(values, wheres):
-        for x in value:
-            regression_target(x, where)
-    spec = {"type": "regression", "size": sizes.pop(), "columns": columns}
-    return spec, [], lambda cells: (
-        {"label": [float(x) for x in parse_label_cell(cells[0], "")]},
-        None,
-    )
-
-
-def _class_label(index):
-    return {"label": [index]}, index
-
-
-# --- Reading ----------------------------------------------------------------
-
-
-def refuse_class_label_modes(options, what):
-    """For problems whose `y` is not a class: one-hot and binary make no sense."""
-    if options.label_mode in ("categorical", "binary"):
-        raise ValueError(
-            f"`label_mode={options.label_mode!r}` is for classification; "
-            f"{what}. Leave label_mode='int'."
-        )
-
-
-def check_read_options(info, options):
-    spec = info["label_spec"]
-    label_mode = options.label_mode
-    if spec["type"] == "class":
-        if label_mode == "binary" and spec["num_classes"] != 2:
-            raise ValueError(
-                'When passing `label_mode="binary"`, there must be exactly 2 '
-                f"classes. Received: class_names={info['class_names']}"
-            )
-    elif spec["type"] == "none":
-        # No labels: `x` only, with the default "int" too (as Keras with
-        # `labels=None`). A class label mode asks for labels there are not.
-        if label_mode in ("categorical", "binary"):
-            raise ValueError(
-                f"`label_mode={label_mode!r}` needs labels, and this dataset has no "
-                "label columns: it yields images only. Use label_mode=None."
-            )
-    elif label_mode in ("categorical", "binary"):
-        raise ValueError(
-            f"`label_mode={label_mode!r}` needs class labels, but this "
-            f"dataset's labels are {spec['type']} (y is a float32 vector). "
-            "Use label_mode='int' (the default) or None."
-        )
+# --- Export and reading -----------------------------------------------------
 
 
 def features(info):
     """The stored feature spec: the image plus the label."""
-    return {**images.IMAGE_FEATURES, **label_features(info)}
+    return {**images.IMAGE_FEATURES, **labels.label_features(info)}
 
 
 def encode(record, options):
@@ -554,43 +316,10 @@ def encode(record, options):
     return features, stats
 
 
-def label_features(info):
-    spec = info["label_spec"]
-    if spec["type"] == "class":
-        return {"label": {"dtype": "int64", "shape": []}}
-    if spec["type"] == "multi_label":
-        return {"label": {"dtype": "int64", "shape": None}}
-    if spec["type"] == "regression":
-        return {"label": {"dtype": "float32", "shape": [spec["size"]]}}
-    return {}
-
-
 def decode(parsed, info, options):
     """Builds the KerasCV dict for one parsed example (graph code)."""
     inputs = {"images": images.decode_and_resize(parsed, options)}
-    return with_labels(inputs, parsed, info, options)
-
-
-def with_labels(inputs, parsed, info, options):
-    """Adds `"labels"` in the form `label_mode` asks for (shared with text)."""
-    spec = info["label_spec"]
-    label_mode = options.label_mode
-    if label_mode is None or spec["type"] == "none":
-        return inputs
-    label = parsed["label"]
-    if spec["type"] == "class":
-        if label_mode == "categorical":
-            label = tf.one_hot(label, spec["num_classes"], dtype=tf.float32)
-        elif label_mode == "binary":
-            label = tf.reshape(tf.cast(label, tf.float32), [1])
-        else:
-            label = tf.cast(label, tf.int32)
-    elif spec["type"] == "multi_label":
-        hot = tf.one_hot(label, spec["num_classes"], dtype=tf.float32)
-        label = tf.minimum(tf.reduce_sum(hot, axis=0), 1.0)
-        label = tf.reshape(label, [spec["num_classes"]])
-    inputs["labels"] = label
-    return inputs
+    return labels.with_labels(inputs, parsed, info, options)
 
 
 def to_keras(inputs):
@@ -600,7 +329,8 @@ def to_keras(inputs):
 
 
 class Classification(base.Problem):
-    """The classification problem's hooks: this module's functions."""
+    """The classification problem's hooks: this module's functions, and
+    `labels.check_label_mode` to check the read options."""
 
     NAME = NAME
     OPTIONS = base.IMAGE_OPTIONS
@@ -609,7 +339,7 @@ class Classification(base.Problem):
     encode = staticmethod(encode)
     decode = staticmethod(decode)
     to_keras = staticmethod(to_keras)
-    check_read_options = staticmethod(check_read_options)
+    check_read_options = staticmethod(labels.check_label_mode)
 
 
 PROBLEM = Classification()

@@ -33,7 +33,7 @@ from keras_datum import images
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import base
-from keras_datum.problems import classification
+from keras_datum.problems import labels
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
@@ -296,7 +296,7 @@ def encode(record, options):
 
 
 def check_read_options(info, options):
-    classification.refuse_class_label_modes(
+    labels.refuse_class_label_modes(
         options, "a segmentation dataset yields masks of class indices"
     )
 

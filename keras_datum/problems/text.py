@@ -24,6 +24,7 @@ from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import base
 from keras_datum.problems import classification
+from keras_datum.problems import labels
 from keras_datum.sources import ExampleRecord
 from keras_datum.sources import Layout
 
@@ -75,7 +76,7 @@ def parse_datum_json(path):
             raise ValueError(f"{where} needs a 'label' object with one key.")
         (key, value), = label.items()
         if isinstance(value, str):
-            value = classification.parse_label_cell(value, where)
+            value = labels.parse_label_cell(value, where)
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(
                 f"{where}: label {key!r} must be a class index or name. "
@@ -106,7 +107,7 @@ def _find_json(root):
     if all(isinstance(v, int) for v in values):
         # Checked before the class list is built: a label of 2,000,000,000
         # (an id taken for the label) would make one of gigabytes.
-        num_classes = classification.check_class_labels(
+        num_classes = labels.check_class_labels(
             (
                 (value, f"{path}: example {example_id!r}")
                 for path, rows in rows_by_split.values()
@@ -141,7 +142,7 @@ def _find_json(root):
         name="datum_json",
         problem=NAME,
         splits=splits,
-        info=classification.class_info(class_names),
+        info=labels.class_info(class_names),
         extra_files=extra,
     )
 
@@ -150,7 +151,7 @@ def _find_json(root):
 
 
 def features(info):
-    return {"text": {"dtype": "string", "shape": []}, **classification.label_features(info)}
+    return {"text": {"dtype": "string", "shape": []}, **labels.label_features(info)}
 
 
 def encode(record, options):
@@ -178,7 +179,7 @@ def check_read_options(info, options):
             "`image_dtype` applies to images; this is a text dataset without "
             f"images. Received: image_dtype={options.image_dtype!r}"
         )
-    classification.check_read_options(info, options)
+    labels.check_label_mode(info, options)
 
 
 def check_augmentation(augmentation, options):
@@ -196,7 +197,7 @@ def check_augmentation(augmentation, options):
 
 
 def decode(parsed, info, options):
-    return classification.with_labels({"text": parsed["text"]}, parsed, info, options)
+    return labels.with_labels({"text": parsed["text"]}, parsed, info, options)
 
 
 def batch(dataset, batch_size, options):
