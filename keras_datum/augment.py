@@ -333,3 +333,14 @@ def read_options_for_split(read, built, split, augmentations, label_spec, previe
             "pass label_mode='categorical' to DatumDataset.",
         )
     return dataclasses.replace(read, label_mode=label_mode), {split}
+
+
+def read_seed(seed):
+    """The read's seed: the one given, else one drawn from TensorFlow's global
+    seed when `keras.utils.set_random_seed` (or `tf.random.set_seed`) has set
+    it, as TensorFlow's own random ops do, so that a run repeats as a whole;
+    else `None` (a fresh stream, read in parallel in any order)."""
+    if seed is not None:
+        return seed
+    global_seed, op_seed = tf.compat.v1.random.get_seed(None)
+    return None if global_seed is None else int(op_seed)

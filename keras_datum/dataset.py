@@ -6,8 +6,6 @@ import dataclasses
 import functools
 import os
 
-import tensorflow as tf
-
 from keras_datum import augment as augment_lib
 from keras_datum import cache
 from keras_datum import config as config_lib
@@ -16,42 +14,9 @@ from keras_datum import distribute
 from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import source_types
-from keras_datum import storage
 
 # The splits a source folder can have (a datum export may name others).
 _SPLITS = ("train", "val", "test")
-
-
-def _read_seed(seed):
-    """The read's seed: the one given, else one drawn from TensorFlow's global
-    seed when `keras.utils.set_random_seed` (or `tf.random.set_seed`) has set
-    it, as TensorFlow's own random ops do, so that a run repeats as a whole;
-    else `None` (a fresh stream, read in parallel in any order)."""
-    if seed is not None:
-        return seed
-    global_seed, op_seed = tf.compat.v1.random.get_seed(None)
-    return None if global_seed is None else int(op_seed)
-
-
-def _checked_paths(source, cache_dir):
-    """`source` as a str; refuses what is not a path."""
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"`source` must be a path to a folder. Received: source={source!r}")
-    if cache_dir is not None and (
-        not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir)
-    ):
-        raise TypeError(
-            "`cache_dir` must be a path to a folder (a str or os.PathLike, not "
-            f"empty) or None. Received: cache_dir={cache_dir!r}"
-        )
-    return os.fspath(source)
-
-
-def _check_source_folder(source):
-    if not storage.exists(source):
-        raise FileNotFoundError(f"Source folder not found: {source!r}")
-    if not storage.isdir(source):
-        raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
 
 
 class DatumDataset:
@@ -136,32 +101,22 @@ class DatumDataset:
         bounding_box_class_key: detection only: `"classes"` (KerasCV) or
             `"labels"` (Keras core box-aware layers). Defaults to `"classes"`.
         max_image_side: export-time size cap: images whose longer side is
-            more than 25% over it are shrunk to it once, at export (JPEGs
-            re-encoded at quality 95), instead of being decoded at full size
-            in every epoch; the shorter side is never shrunk below half the
-            cap. `"auto"` is `2 * max(image_size)`; `None` keeps the
-            originals. A cap near `image_size` makes every decoding epoch
-            cheaper, at the cost of detail for zooms and crops. Each cap gets
-            its own default cache folder; for `"auto"`, a cache with a larger
-            (or no) cap is reused, while a cap passed is exported as asked.
-            Defaults to `"auto"`.
+            more than 25% over it are shrunk to it once, at export, instead
+            of being decoded at full size in every epoch (the shorter side
+            never below half the cap). `"auto"` is `2 * max(image_size)`;
+            `None` keeps the originals. Defaults to `"auto"`. See
+            `docs/performance.md`.
         cache: keep the decoded split in memory, at the target size as uint8,
             from the first epoch on, so that later epochs decode nothing.
             `"auto"` caches when the decoded split fits `cache_budget`;
-            `True` always; `False` never. Defaults to `"auto"`. A cached
-            split's seeded order and its pixels (rounded to uint8 after the
-            resize, and clipped to [0, 255]: a bicubic or Lanczos resize
-            overshoots) differ from an uncached one's, so `"auto"` on machines
-            with other free memory can give other streams: pass `True` or
-            `False` for one that repeats everywhere.
-        cache_budget: with `cache="auto"` only (refused with another
-            `cache`): bytes the automatic cache may use for one split; each
-            split is checked on its own when it is built, so `train()` and
-            `val()` may together use twice this. Defaults to `None`: a
-            quarter of the memory available when the split is built (after
-            the splits cached before it took theirs): the host's, or what a
-            container's or job's memory limit (its cgroup's) leaves, where
-            that is less.
+            `True` always; `False` never. A cached split's seeded order and
+            pixels (rounded to uint8) differ from an uncached one's: pass
+            `True` or `False` for a stream that repeats on every machine.
+            Defaults to `"auto"`. See `docs/performance.md`.
+        cache_budget: with `cache="auto"` only: bytes the automatic cache
+            may use for one split. Defaults to `None`: a quarter of the
+            memory available (the host's, or its cgroup limit's) when the
+            split is built.
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).
@@ -180,13 +135,9 @@ class DatumDataset:
         image_dtype: the dtype images leave the pipeline in. `None` is the
             mixed-precision policy's compute dtype (float32 unless a mixed
             policy is set), as Keras's loaders give. `"uint8"` hands out the
-            pixels rounded to integers in [0, 255] (after any augmentation,
-            clipped to that range): a quarter of the bytes of float32 to copy
-            to the accelerator and no cast on the CPU. The model casts them:
-            a Functional or Sequential model to its `keras.Input`'s dtype, and
-            `keras.layers.Rescaling` to its compute dtype; start a subclassed
-            model with one of those. Not for text datasets. Defaults to
-            `None`. See `docs/distribution.md`.
+            pixels rounded to [0, 255]: a quarter of the bytes of float32 to
+            copy, cast by the model's `keras.Input` or `Rescaling`. Not for
+            text datasets. Defaults to `None`. See `docs/distribution.md`.
         verbose: print the layout found and show a progress bar. Defaults to
             `True`.
 
@@ -237,10 +188,9 @@ class DatumDataset:
     ):
         arguments = dict(locals())
         del arguments["self"], arguments["source"], arguments["cache_dir"]
-        source = _checked_paths(source, cache_dir)
+        source = source_types.checked_path(source, cache_dir)
         self._config = config_lib.configure(**arguments)
-        _check_source_folder(source)
-        self.source = storage.abspath(source)
+        self.source = source_types.source_folder(source)
         self._source = source_types.open_source(self.source, cache_dir, self._config)
         # The read options in force: the problem's defaults once it is known,
         # and the label mode a label-mixing layer switched to.
@@ -484,7 +434,7 @@ class DatumDataset:
         seed = runtime.seed if seed is None else seed
         dataset = self._build(
             meta, split, read, batch_size, shuffle=shuffle, repeat=repeat,
-            seed=_read_seed(seed), augmentations=augmentations,
+            seed=augment_lib.read_seed(seed), augmentations=augmentations,
             data_service=data_service, guard=guard,
         )
         for augmentation in augmentations:

@@ -20,6 +20,29 @@ from keras_datum import storage
 from keras_datum import store as store_lib
 
 
+def checked_path(source, cache_dir):
+    """`source` as a str; refuses what is not a path."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"`source` must be a path to a folder. Received: source={source!r}")
+    if cache_dir is not None and (
+        not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir)
+    ):
+        raise TypeError(
+            "`cache_dir` must be a path to a folder (a str or os.PathLike, not "
+            f"empty) or None. Received: cache_dir={cache_dir!r}"
+        )
+    return os.fspath(source)
+
+
+def source_folder(source):
+    """The absolute path of the source folder, which must exist."""
+    if not storage.exists(source):
+        raise FileNotFoundError(f"Source folder not found: {source!r}")
+    if not storage.isdir(source):
+        raise ValueError(f"`source` must be a folder. Received a file: {source!r}")
+    return storage.abspath(source)
+
+
 class FolderSource:
     """A source folder, validated and exported into a cache on first use.
 
