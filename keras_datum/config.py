@@ -132,15 +132,17 @@ def check_positive(name, value):
 
 
 def check_image_size(image_size):
-    """`(height, width)` as a tuple of ints."""
+    """`(height, width)` as a tuple of ints; an int `n` is `(n, n)`, as in Keras."""
+    if is_int(image_size) and image_size > 0:
+        return (int(image_size), int(image_size))
     if (
         not isinstance(image_size, (tuple, list))
         or len(image_size) != 2
         or not all(is_int(v) and v > 0 for v in image_size)
     ):
         raise ValueError(
-            "`image_size` must be a tuple of 2 positive integers (height, "
-            f"width). Received: image_size={image_size!r}"
+            "`image_size` must be a positive integer or a tuple of 2 positive "
+            f"integers (height, width). Received: image_size={image_size!r}"
         )
     return tuple(int(v) for v in image_size)
 
@@ -352,12 +354,19 @@ def _default_export_options():
     )
 
 
+def _lower(name):
+    """Interpolation names in any case, as Keras takes them (`"BILINEAR"`)."""
+    return name.lower() if isinstance(name, str) else name
+
+
 def _check_read_arguments(a):
     """The checks of the reading arguments (`a`: all arguments), in the
     order of the signature, so that the first bad one is named."""
     check_choice("label_mode", a["label_mode"], labels.LABEL_MODES)
     check_choice("color_mode", a["color_mode"], tuple(images.CHANNELS))
-    check_choice("interpolation", a["interpolation"], INTERPOLATIONS)
+    interpolation = a["interpolation"]
+    if _lower(interpolation) not in INTERPOLATIONS:
+        check_choice("interpolation", interpolation, INTERPOLATIONS)
     for name in ("crop_to_aspect_ratio", "shuffle", "follow_links", "verbose"):
         check_bool(name, a[name])
     if a["pad_to_aspect_ratio"] is not None:
@@ -417,7 +426,7 @@ def configure(**arguments):
         image_size=image_size,
         label_mode=a["label_mode"],
         color_mode=a["color_mode"],
-        interpolation=a["interpolation"],
+        interpolation=_lower(a["interpolation"]),
         crop_to_aspect_ratio=bool(a["crop_to_aspect_ratio"]),
         pad_to_aspect_ratio=a["pad_to_aspect_ratio"],
         bounding_box_format=a["bounding_box_format"],

@@ -43,8 +43,8 @@ class DatumDataset:
         source: the source folder, or a folder written by the original
             `datum` package (`shard_info.json`), which is read in place as
             `from_tfrecords` reads it.
-        image_size: `(height, width)` the images are resized to when read.
-            Defaults to `(256, 256)`, as in Keras.
+        image_size: `(height, width)` the images are resized to when read,
+            or an int for a square size. Defaults to `(256, 256)`, as in Keras.
         batch_size: examples per batch, or `None` for unbatched elements.
             Defaults to `32`.
         label_mode: `"int"` (int32 class index), `"categorical"` (float32
@@ -54,7 +54,8 @@ class DatumDataset:
             Multi-label and regression CSV labels are float32 vectors.
             Defaults to `"int"`.
         color_mode: `"grayscale"`, `"rgb"` or `"rgba"`. Defaults to `"rgb"`.
-        interpolation: the `tf.image.resize` method. Defaults to `"bilinear"`.
+        interpolation: the `tf.image.resize` method, in any case. Defaults
+            to `"bilinear"`.
         crop_to_aspect_ratio: centre-crop to the target aspect ratio before
             resizing, as Keras does. Defaults to `False`.
         pad_to_aspect_ratio: pad to the target aspect ratio before resizing,

@@ -91,3 +91,18 @@ def test_a_label_mixing_switch_makes_new_read_options():
     same, built = augment.read_options_for_split(read, {"val"}, "train", (None, None),
                                                  {"type": "class"})
     assert same is read and built == {"val", "train"}
+
+
+def test_keras_spellings_of_the_image_size_and_the_interpolation(tmp_path):
+    from conftest import make_class_folders
+
+    built = config.configure(image_size=18, interpolation="BILINEAR")
+    assert built.read.image_size == (18, 18) and built.read.interpolation == "bilinear"
+    assert built.export.max_image_side == 36
+    with pytest.raises(ValueError, match=r"Received: interpolation='Cubic'"):
+        config.configure(interpolation="Cubic")
+    root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2})
+    ds = DatumDataset(root, image_size=18, interpolation="Nearest", batch_size=4,
+                      validation_split=None, cache_dir=tmp_path / "cache", verbose=False)
+    images, _ = next(iter(ds.train()))
+    assert images.shape == (4, 18, 18, 3)

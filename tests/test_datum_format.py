@@ -504,8 +504,8 @@ def test_bad_from_tfrecords_arguments(tmp_path, no_reading):
         DatumDataset.from_tfrecords(export, validation_split=0.2)
     with pytest.raises(ValueError, match=r"`class_names` must be a list of distinct strings"):
         DatumDataset.from_tfrecords(export, class_names=["a", "a"])
-    with pytest.raises(ValueError, match=r"Received: image_size=5"):
-        DatumDataset.from_tfrecords(export, image_size=5)
+    with pytest.raises(ValueError, match=r"Received: image_size=-5"):
+        DatumDataset.from_tfrecords(export, image_size=-5)
     os.makedirs(tmp_path / "images" / "cat")
     with pytest.raises(FileNotFoundError, match=r"is not a datum export: .*shard_info\.json' does not exist"):
         DatumDataset.from_tfrecords(tmp_path / "images")

@@ -12,7 +12,8 @@ from keras_datum import DatumDataset
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"image_size": 224}, r"`image_size` must be a tuple of 2 positive integers.*Received: image_size=224"),
+        ({"image_size": 0}, r"`image_size` must be a positive integer or a tuple of 2 positive integers.*Received: image_size=0"),
+        ({"image_size": "224"}, r"Received: image_size='224'"),
         ({"image_size": (0, 10)}, r"Received: image_size=\(0, 10\)"),
         ({"image_size": (10.5, 10)}, r"Received: image_size=\(10.5, 10\)"),
         ({"batch_size": 0}, r"`batch_size` must be a positive integer or None. Received: batch_size=0"),
