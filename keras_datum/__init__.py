@@ -1,10 +1,21 @@
-"""keras_datum: image folders as validated, cached TFRecords for `model.fit`."""
+"""keras_datum: image folders as validated, cached TFRecords for `model.fit`.
 
-from keras_datum.cache import CacheError
-from keras_datum.dataset import DatumDataset
-from keras_datum.encode import InvalidImageError
-from keras_datum.problems import PROBLEM_NAMES
+The public names are imported on first use (PEP 562), so that importing the
+package (the `keras-datum` command does) does not start TensorFlow before the
+command has chosen how it starts (see `cli.start_tensorflow_quietly`).
+"""
+
+import importlib
+
 from keras_datum.version import __version__
+
+# Each public name, and the module that defines it.
+_PUBLIC = {
+    "CacheError": "keras_datum.cache",
+    "DatumDataset": "keras_datum.dataset",
+    "InvalidImageError": "keras_datum.encode",
+    "PROBLEM_NAMES": "keras_datum.problems",
+}
 
 __all__ = [
     "PROBLEM_NAMES",
@@ -13,3 +24,15 @@ __all__ = [
     "InvalidImageError",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # Looked up once.
+        return value
+    raise AttributeError(f"module 'keras_datum' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -6,7 +6,6 @@ import json
 import os
 import sys
 
-from keras_datum import storage
 from keras_datum.notices import printable
 
 
@@ -72,6 +71,7 @@ def _export(args):
 
 def _print_info(meta, cache_dir):
     from keras_datum import cache
+    from keras_datum import storage
 
     print(printable(f"Source: {meta['source']}"))
     print(f"Problem: {meta['problem']} (layout '{meta['layout']}')")
@@ -93,6 +93,7 @@ def _print_info(meta, cache_dir):
 def _info(args):
     from keras_datum import cache
     from keras_datum import datum_format
+    from keras_datum import storage
 
     path = storage.abspath(args.path)
     if not storage.exists(path):
@@ -139,6 +140,7 @@ def _demo(args):
 def _verify(args):
     from keras_datum import cache
     from keras_datum import datum_format
+    from keras_datum import storage
     from keras_datum.verify import verify_cache
 
     path = storage.abspath(args.path)
@@ -305,7 +307,34 @@ def build_parser():
     return parser
 
 
+def start_tensorflow_quietly():
+    """Imports TensorFlow and finds its devices with the process's stderr
+    (file descriptor 2) pointed at /dev/null.
+
+    TensorFlow writes its C++ start-up lines (oneDNN, CUDA probing, cuInit
+    on a machine without a GPU) through absl before absl is initialised,
+    where `TF_CPP_MIN_LOG_LEVEL` does not reach them; they concern no user of
+    the command. A user who sets `TF_CPP_MIN_LOG_LEVEL` sees them as before.
+    """
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
+        return
+    # The C++ INFO and WARNING lines after the start-up, too.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main(argv=None):
+    start_tensorflow_quietly()
     parser = build_parser()
     # Flags the CLI does not know are Beam pipeline options, for export only.
     args, unknown = parser.parse_known_args(argv)

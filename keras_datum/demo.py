@@ -136,8 +136,11 @@ def run_demo(
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
+    # The dataset shuffles itself: Keras would warn that it ignores its own
+    # `shuffle=True` for a tf.data.Dataset.
     model.fit(
-        ds.train(), validation_data=ds.val(), epochs=epochs, verbose=2 if verbose else 0
+        ds.train(), validation_data=ds.val(), epochs=epochs, shuffle=False,
+        verbose=2 if verbose else 0,
     )
     _, accuracy = model.evaluate(ds.val(), verbose=0)
     if verbose:

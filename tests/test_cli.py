@@ -91,6 +91,36 @@ def test_demo_shrunk(tmp_path, capsys):
     assert os.stat(tmp_path / "shapes").st_mode & 0o777 == 0o777 & ~umask
 
 
+def _demo_in_a_process(tmp_path, **env):
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environ.update(KERAS_HOME=str(tmp_path / "home"), **env)
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from keras_datum import cli; sys.exit(cli.main())",
+         "demo", "--data-dir", str(tmp_path / "shapes"), "--images-per-class", "6",
+         "--image-size", "16", "--epochs", "1"],
+        capture_output=True, text=True, env=environ, timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_the_demo_prints_only_what_concerns_the_user(tmp_path):
+    quiet = _demo_in_a_process(tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Validation accuracy:" in quiet.stdout
+    # TensorFlow's C++ start-up lines and Keras's warning about `shuffle=True`.
+    for noise in ("absl", "cuda", "cuInit", "oneDNN", "shuffle", "Warning"):
+        assert noise not in quiet.stderr, quiet.stderr
+    # A level the user sets is theirs: TensorFlow's own lines come back.
+    loud = _demo_in_a_process(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
+    assert loud.returncode == 0, loud.stderr
+    assert "absl" in loud.stderr or "oneDNN" in loud.stderr
+
+
+def test_importing_the_package_starts_no_tensorflow():
+    code = "import sys, keras_datum; assert 'tensorflow' not in sys.modules; keras_datum.DatumDataset"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
 def test_a_demo_stopped_while_drawing_leaves_no_folder_to_train_on(tmp_path, monkeypatch):
     from keras_datum import demo
 
