@@ -64,6 +64,7 @@ DEFAULTS: Mapping[str, Any] = {
     "max_boxes": None,
     "bounding_box_class_key": "classes",
     "bucket_boundaries": None,
+    "max_length": None,
     "max_image_side": "auto",
     "cache": "auto",
     "cache_budget": None,
@@ -273,6 +274,7 @@ class ReadOptions:
         max_boxes: detection: boxes per image, or None (ragged).
         bounding_box_class_key: detection: `"classes"` or `"labels"`.
         bucket_boundaries: text: the bucketing's length boundaries.
+        max_length: text: the bytes a text is cut to, or None.
         image_dtype: None (the policy's compute dtype) or `"uint8"`.
         stored_images: the split's image statistics from the export (see
             `images.stored_images`), set per split by the read path.
@@ -288,6 +290,7 @@ class ReadOptions:
     max_boxes: int | None = None
     bounding_box_class_key: str = "classes"
     bucket_boundaries: tuple[int, ...] = ()
+    max_length: int | None = None
     image_dtype: str | None = None
     stored_images: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
 
@@ -386,6 +389,7 @@ def _check_other_arguments(a):
     check_positive_or_none("max_boxes", a["max_boxes"])
     check_choice("bounding_box_class_key", a["bounding_box_class_key"], detection.CLASS_KEYS)
     _check_bucket_boundaries(a["bucket_boundaries"])
+    check_positive_or_none("max_length", a["max_length"])
     check_choice("problem", a["problem"], problems.PROBLEM_NAMES + (None,))
     check_choice("on_invalid", a["on_invalid"], ON_INVALID)
     check_choice("reexport", a["reexport"], REEXPORT_MODES)
@@ -433,6 +437,7 @@ def configure(**arguments):
         max_boxes=a["max_boxes"],
         bounding_box_class_key=a["bounding_box_class_key"],
         bucket_boundaries=tuple(a["bucket_boundaries"] or ()),
+        max_length=None if a["max_length"] is None else int(a["max_length"]),
         image_dtype=a["image_dtype"],
     )
     runtime = RuntimeOptions(

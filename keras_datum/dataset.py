@@ -118,6 +118,8 @@ class DatumDataset:
             may use for one split. Defaults to `None`: a quarter of the
             memory available (the host's, or its cgroup limit's) when the
             split is built.
+        max_length: text only: cut each text to this many bytes (UTF-8), as
+            Keras's `text_dataset_from_directory` does. Defaults to `None`.
         bucket_boundaries: text only: batch texts of similar length together
             (datum's `bucket_by_sequence_length`); lengths are counted in
             whitespace-separated words. Defaults to `None` (plain batches).
@@ -179,6 +181,7 @@ class DatumDataset:
         max_boxes=None,
         bounding_box_class_key="classes",
         bucket_boundaries=None,
+        max_length=None,
         max_image_side="auto",
         cache="auto",
         cache_budget=None,

@@ -248,3 +248,42 @@ def test_a_json_label_no_class_list_can_hold_names_the_file_and_the_example(
     path = os.path.join(str(root), "train.json")
     with pytest.raises(ValueError, match=re.escape(path) + ": " + message):
         DatumDataset(str(root), cache_dir=tmp_path / "cache", verbose=False).export()
+
+
+def test_max_length_cuts_texts_at_bytes_as_keras(tmp_path):
+    root = tmp_path / "src"
+    for label, text in (("a", "héllo wörld"), ("b", "short")):
+        os.makedirs(root / label)
+        (root / label / "0.txt").write_text(text, encoding="utf-8")
+    ds = DatumDataset(root, max_length=4, batch_size=None, shuffle=False,
+                      validation_split=None, cache_dir=tmp_path / "cache", verbose=False)
+    reference = keras.utils.text_dataset_from_directory(
+        str(root), max_length=4, batch_size=None, shuffle=False, verbose=False
+    )
+    ours = sorted(x.numpy() for x, _ in ds.train())
+    assert ours == sorted(x.numpy() for x, _ in reference) == [b"h\xc3\xa9l", b"shor"]
+    with pytest.raises(ValueError, match=r"Received: max_length=0"):
+        DatumDataset(root, max_length=0)
+
+
+def test_max_length_is_refused_for_images(class_folders):
+    with pytest.raises(ValueError, match=r"`max_length` applies to text datasets, and this "
+                       r"one is classification"):
+        DatumDataset(class_folders, max_length=10, verbose=False).info
+
+
+def test_a_text_folder_without_text_files_says_so(tmp_path):
+    os.makedirs(tmp_path / "src" / "a")
+    (tmp_path / "src" / "a" / "notes.md").write_text("x")
+    with pytest.raises(ValueError, match=r"No text files found in directory .*src'. "
+                       r"Allowed format: \.txt"):
+        DatumDataset(tmp_path / "src", problem="text", verbose=False).info
+
+
+def test_an_image_among_text_files_is_named(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src")
+    from PIL import Image
+
+    Image.new("RGB", (4, 4)).save(os.path.join(root, "pos", "photo.png"))
+    with pytest.raises(ValueError, match=r"photo\.png' is an image, and a text dataset"):
+        DatumDataset(root, problem="text", verbose=False).info

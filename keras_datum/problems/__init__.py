@@ -48,6 +48,9 @@ def find_layout(root, problem=None, follow_links=False):
                 _check_class_names(layout, root)
                 _check_training_examples(layout, root)
                 return layout
+    reason = PROBLEMS[problem].why_not(root, follow_links) if problem else None
+    if reason is not None:
+        raise ValueError(f"{reason} See docs/layouts.md for the folder trees keras_datum reads.")
     raise ValueError(
         f"Could not recognise a {problem or 'known'} layout in {root!r}. "
         "See docs/layouts.md for the folder trees keras_datum reads."

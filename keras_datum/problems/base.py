@@ -50,6 +50,11 @@ class Problem:
         """
         raise NotImplementedError
 
+    def why_not(self, root, follow_links=False):
+        """Why `root` is not of this type, when `find_layout` found nothing
+        and the user asked for this type; `None` for the generic message."""
+        return
+
     def features(self, info):
         """The JSON feature spec of everything an example stores."""
         raise NotImplementedError

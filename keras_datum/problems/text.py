@@ -58,6 +58,20 @@ def _has_text_files(root, follow_links):
     return found_text
 
 
+def why_not(root, follow_links=False):
+    """An image among the text files, or no `.txt` file at all (Keras's
+    "No text files found"), named."""
+    for dirpath, dirs, files in storage.walk(root, followlinks=follow_links):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in sorted(files):
+            if name.lower().endswith(sources.IMAGE_FORMATS) and dirpath != root:
+                path = os.path.join(dirpath, name)
+                return f"{path!r} is an image, and a text dataset's folders hold .txt files only."
+    if not _has_text_files(root, follow_links):
+        return f"No text files found in directory {root!r}. Allowed format: .txt."
+    return None
+
+
 def parse_datum_json(path):
     """Returns [(id, label key, label value, text)] from one datum JSON file.
 
@@ -197,7 +211,11 @@ def check_augmentation(augmentation, options):
 
 
 def decode(parsed, info, options):
-    return labels.with_labels({"text": parsed["text"]}, parsed, info, options)
+    text = parsed["text"]
+    if options.max_length is not None:
+        # Bytes, as Keras cuts (a character may be cut in two, as there).
+        text = tf.strings.substr(text, 0, options.max_length)
+    return labels.with_labels({"text": text}, parsed, info, options)
 
 
 def batch(dataset, batch_size, options):
@@ -260,9 +278,10 @@ class Text(base.Problem):
     """The text problem's hooks: this module's functions."""
 
     NAME = NAME
-    OPTIONS = ("bucket_boundaries",)
+    OPTIONS = ("bucket_boundaries", "max_length")
     batches_itself = True
     find_layout = staticmethod(find_layout)
+    why_not = staticmethod(why_not)
     features = staticmethod(features)
     encode = staticmethod(encode)
     decode = staticmethod(decode)
