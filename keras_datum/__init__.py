@@ -2,7 +2,7 @@
 
 from keras_datum.cache import CacheError
 from keras_datum.dataset import DatumDataset
-from keras_datum.encode import InvalidImageError
+from keras_datum.errors import InvalidImageError
 from keras_datum.problems import PROBLEM_NAMES
 from keras_datum.version import __version__
 

@@ -41,6 +41,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from keras_datum import errors
 from keras_datum import storage
 
 try:
@@ -136,14 +137,6 @@ class _PngHeader:
     image_data: list  # Views of the IDAT chunks' data: together, one zlib stream.
 
 
-class InvalidExampleError(ValueError):
-    """A source example that cannot be used; the message says why."""
-
-
-class InvalidImageError(InvalidExampleError):
-    """A source file that cannot be used as an image; the message says why."""
-
-
 @dataclass
 class EncodedImage:
     data: bytes
@@ -213,11 +206,11 @@ def _png_header(data):
     chunk_types, image_data, header = set(), [], None
     while True:
         if position + 12 > end:
-            raise InvalidImageError("truncated PNG (it ends before its IEND chunk)")
+            raise errors.InvalidImageError("truncated PNG (it ends before its IEND chunk)")
         length, chunk_type = struct.unpack_from(">I4s", data, position)
         after = position + 12 + length
         if after > end:
-            raise InvalidImageError(
+            raise errors.InvalidImageError(
                 f"truncated PNG (its {chunk_type.decode('latin-1')} chunk runs past the end)"
             )
         # A chunk type starting with an upper-case letter is critical.
@@ -225,14 +218,14 @@ def _png_header(data):
         if critical and chunk_type not in _CRITICAL_CHUNKS:
             # The PNG standard tells decoders to refuse a critical chunk they
             # do not know, and libpng does ("Failed to initialize decoder").
-            raise InvalidImageError(
+            raise errors.InvalidImageError(
                 f"PNG with an unknown critical chunk {chunk_type.decode('latin-1')!r} "
                 "(TensorFlow's decoder refuses it)"
             )
         if critical and zlib.crc32(view[position + 4 : after - 4]) != struct.unpack_from(
             ">I", data, after - 4
         )[0]:
-            raise InvalidImageError(
+            raise errors.InvalidImageError(
                 f"damaged PNG (CRC mismatch in its {chunk_type.decode('latin-1')} chunk)"
             )
         chunk_types.add(chunk_type)
@@ -244,7 +237,7 @@ def _png_header(data):
             break
         position = after
     if header is None:
-        raise InvalidImageError("not a decodable image (PNG without a valid IHDR chunk)")
+        raise errors.InvalidImageError("not a decodable image (PNG without a valid IHDR chunk)")
     return _PngHeader(*header, chunk_types, image_data)
 
 
@@ -273,7 +266,7 @@ def _small_png(data, png, max_side):
     try:
         pixels = pyspng.load(data)
     except Exception as e:  # pyspng's RuntimeError for bad data.
-        raise InvalidImageError(f"not a decodable image ({type(e).__name__}: {e})") from e
+        raise errors.InvalidImageError(f"not a decodable image ({type(e).__name__}: {e})") from e
     size = (png.height, png.width)
     return EncodedImage(data, "png", *size, size, pixels.tobytes(), channels)
 
@@ -283,7 +276,7 @@ def _png_row_bytes(png):
     stream order (Adam7's passes one after the other when interlaced)."""
     bits = _PNG_SAMPLES.get(png.color_type, 0) * png.bit_depth
     if not bits:
-        raise InvalidImageError(f"not a decodable image (PNG colour type {png.color_type})")
+        raise errors.InvalidImageError(f"not a decodable image (PNG colour type {png.color_type})")
     passes = _ADAM7 if png.interlace else ((0, 0, 1, 1),)
     rows = []
     for left, top, step_x, step_y in passes:
@@ -325,12 +318,12 @@ def check_png_stream(png):
             _check_filter_types(rest, seen, starts)
             seen += len(rest)
     except zlib.error as e:
-        raise InvalidImageError(f"damaged PNG (its image data: {e})") from e
+        raise errors.InvalidImageError(f"damaged PNG (its image data: {e})") from e
     size = f"its {png.width}x{png.height} pixels need {need} bytes"
     if seen > need:
-        raise InvalidImageError(f"damaged PNG (its image data holds more: {size})")
+        raise errors.InvalidImageError(f"damaged PNG (its image data holds more: {size})")
     if seen < need or not inflater.eof:
-        raise InvalidImageError(f"damaged PNG (its image data holds {seen} bytes: {size})")
+        raise errors.InvalidImageError(f"damaged PNG (its image data holds {seen} bytes: {size})")
 
 
 # Image data inflated at a time by `check_png_stream`.
@@ -349,7 +342,7 @@ def _check_filter_types(piece, offset, starts):
         inside = starts[(starts >= offset) & (starts < offset + len(piece))] - offset
         bad = len(inside) and np.frombuffer(piece, np.uint8)[inside].max() > 4
     if bad:
-        raise InvalidImageError("damaged PNG (a row has an unknown filter type)")
+        raise errors.InvalidImageError("damaged PNG (a row has an unknown filter type)")
 
 
 def _jpeg_process(data):
@@ -429,9 +422,9 @@ def encode_image(path, max_side=None):
     try:
         data = storage.read_bytes(path)
     except OSError as e:
-        raise InvalidImageError(f"cannot read file: {e.strerror or e}") from e
+        raise errors.InvalidImageError(f"cannot read file: {e.strerror or e}") from e
     if not data:
-        raise InvalidImageError("empty file (0 bytes)")
+        raise errors.InvalidImageError("empty file (0 bytes)")
     png = None
     if data.startswith(_PNG_SIGNATURE):
         png = _png_header(data)
@@ -456,13 +449,13 @@ def _pillow_errors():
     try:
         yield
     except Image.DecompressionBombError as e:
-        raise InvalidImageError(f"decompression bomb refused: {e}") from e
+        raise errors.InvalidImageError(f"decompression bomb refused: {e}") from e
     except Image.UnidentifiedImageError as e:
-        raise InvalidImageError("not an image file (unknown format)") from e
-    except InvalidImageError:
+        raise errors.InvalidImageError("not an image file (unknown format)") from e
+    except errors.InvalidImageError:
         raise
     except Exception as e:  # Pillow raises many types for bad data.
-        raise InvalidImageError(
+        raise errors.InvalidImageError(
             f"not a decodable image ({type(e).__name__}: {e})"
         ) from e
 
@@ -596,7 +589,7 @@ def _strict_jpeg(data, image, scale):
             strict=True,
         )
     except ValueError as e:
-        raise InvalidImageError(f"damaged JPEG (libjpeg: {e})") from e
+        raise errors.InvalidImageError(f"damaged JPEG (libjpeg: {e})") from e
     if not plain:
         if scale > 1:
             image.draft(image.mode, (-(-width // scale), -(-height // scale)))
@@ -652,7 +645,7 @@ def _png_stream_settled(png):
         return False
     try:
         check_png_stream(png)
-    except InvalidImageError:
+    except errors.InvalidImageError:
         return False
     return True
 
