@@ -13,7 +13,7 @@ from keras_datum.version import __version__
 _PUBLIC = {
     "CacheError": "keras_datum.cache",
     "DatumDataset": "keras_datum.dataset",
-    "InvalidImageError": "keras_datum.encode",
+    "InvalidImageError": "keras_datum.errors",
     "PROBLEM_NAMES": "keras_datum.problems",
 }
 

@@ -14,7 +14,7 @@ TensorFlow's decoder, or judged by that decoder itself:
 - a JPEG stored as it is decodes with libjpeg-turbo in strict mode (no
   warning) at 1/8 scale (`encode._strict_jpeg_decodes`: the cost of the
   Pillow decode it replaces); a PNG's image data passes libpng's checks
-  (`encode.check_png_stream`). Those settle nearly every image, in the
+  (`png_check.check_png_stream`). Those settle nearly every image, in the
   export's workers.
 - the rest (a JPEG libjpeg warns about: TensorFlow reads some of those) are
   decoded here with the decoders the read path uses (`decode_jpeg`,

@@ -15,10 +15,10 @@ converted once, so that the read path never meets a format it cannot decode:
   photo in every epoch to resize it to 224 pixels is the single biggest waste
   an input pipeline can have; the cap does that work once.
 
-PNGs are also checked as TensorFlow's decoder (libpng) checks them: Pillow
-skips the critical chunks' CRCs and opens a file cut before its IEND chunk,
-and libspng (small PNGs) skips the zlib checksum. So no file passes
-validation that `tf.io.decode_png` would refuse in some epoch.
+PNGs are also checked as TensorFlow's decoder (libpng) checks them
+(`png_check`): Pillow skips the critical chunks' CRCs and opens a file cut
+before its IEND chunk, and libspng (small PNGs) skips the zlib checksum. So
+no file passes validation that `tf.io.decode_png` would refuse in some epoch.
 
 Memory: each export worker holds one image at a time, and an image whose
 decode and conversion take more than `HUGE_IMAGE_BYTES` (estimated from its
@@ -32,15 +32,15 @@ forked export worker processes.
 import contextlib
 import io
 import multiprocessing
-import struct
 import threading
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import simplejpeg
 from PIL import Image
 
+from keras_datum import errors
+from keras_datum import png_check
 from keras_datum import storage
 
 try:
@@ -65,20 +65,16 @@ _PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
 # the raw pixels cannot give exactly), so storage grows by about the pixels.
 RAW_MAX_PIXELS = 64 * 64
 _RAW_MODES = {"L": 1, "RGB": 3}
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # 8-bit PNG colour types that Pillow opens as "L" and "RGB": small ones are
 # decoded by libspng (`_small_png`), with the same pixels at about half the
 # cost of Pillow's Python-side chunk handling.
 _SIMPLE_PNG_CHANNELS = {0: 1, 2: 3}
 # Chunks that change no pixel (Pillow, libspng and TensorFlow all ignore
 # them). A PNG with any other (transparency, EXIF, animation) goes to Pillow.
-# The critical chunks libpng knows; it refuses a PNG with any other.
-_CRITICAL_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
-# Samples per pixel of each PNG colour type.
-_PNG_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
-# Adam7's passes: (first column, first row, column step, row step).
-_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
-          (1, 0, 2, 2), (0, 1, 1, 2))
+_PIXEL_NEUTRAL_CHUNKS = frozenset(
+    {b"IHDR", b"IDAT", b"IEND", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs",
+     b"tEXt", b"zTXt", b"iTXt", b"tIME", b"bKGD"}
+)
 # JPEG coding processes (SOF markers) that TensorFlow's libjpeg decodes:
 # baseline, extended and progressive Huffman. The others (lossless, and the
 # arithmetic-coded ones) are decoded by Pillow and stored as PNG.
@@ -119,29 +115,6 @@ _MOST_PEAK_BYTES_PER_PIXEL = 21
 # The huge-image slot of this process's threads; `shared_huge_image_slot`
 # swaps in one that forked workers share.
 _huge_slot = threading.Semaphore(1)
-_PIXEL_NEUTRAL_CHUNKS = frozenset(
-    {b"IHDR", b"IDAT", b"IEND", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs",
-     b"tEXt", b"zTXt", b"iTXt", b"tIME", b"bKGD"}
-)
-
-
-@dataclass
-class _PngHeader:
-    width: int
-    height: int
-    bit_depth: int
-    color_type: int
-    interlace: int
-    chunk_types: set
-    image_data: list  # Views of the IDAT chunks' data: together, one zlib stream.
-
-
-class InvalidExampleError(ValueError):
-    """A source example that cannot be used; the message says why."""
-
-
-class InvalidImageError(InvalidExampleError):
-    """A source file that cannot be used as an image; the message says why."""
 
 
 @dataclass
@@ -196,58 +169,6 @@ def _save(image, format):
     return buffer.getvalue()
 
 
-def _png_header(data):
-    """Walks a PNG's chunks up to IEND and checks them as libpng (TensorFlow's
-    PNG decoder) does: every critical chunk's CRC, and a complete file.
-    Pillow checks neither, so without this a file that TensorFlow cannot
-    decode could pass validation.
-
-    Returns:
-        A `_PngHeader`: the IHDR fields, the chunk types seen and the image data.
-
-    Raises:
-        InvalidImageError: the file is truncated or a critical chunk is damaged.
-    """
-    position, end = len(_PNG_SIGNATURE), len(data)
-    view = memoryview(data)
-    chunk_types, image_data, header = set(), [], None
-    while True:
-        if position + 12 > end:
-            raise InvalidImageError("truncated PNG (it ends before its IEND chunk)")
-        length, chunk_type = struct.unpack_from(">I4s", data, position)
-        after = position + 12 + length
-        if after > end:
-            raise InvalidImageError(
-                f"truncated PNG (its {chunk_type.decode('latin-1')} chunk runs past the end)"
-            )
-        # A chunk type starting with an upper-case letter is critical.
-        critical = chunk_type[0] < 0x61
-        if critical and chunk_type not in _CRITICAL_CHUNKS:
-            # The PNG standard tells decoders to refuse a critical chunk they
-            # do not know, and libpng does ("Failed to initialize decoder").
-            raise InvalidImageError(
-                f"PNG with an unknown critical chunk {chunk_type.decode('latin-1')!r} "
-                "(TensorFlow's decoder refuses it)"
-            )
-        if critical and zlib.crc32(view[position + 4 : after - 4]) != struct.unpack_from(
-            ">I", data, after - 4
-        )[0]:
-            raise InvalidImageError(
-                f"damaged PNG (CRC mismatch in its {chunk_type.decode('latin-1')} chunk)"
-            )
-        chunk_types.add(chunk_type)
-        if chunk_type == b"IHDR" and length == 13:
-            header = struct.unpack_from(">IIBBxxB", data, position + 8)
-        elif chunk_type == b"IDAT":
-            image_data.append(view[position + 8 : after - 4])
-        elif chunk_type == b"IEND":
-            break
-        position = after
-    if header is None:
-        raise InvalidImageError("not a decodable image (PNG without a valid IHDR chunk)")
-    return _PngHeader(*header, chunk_types, image_data)
-
-
 def _small_png(data, png, max_side):
     """The `EncodedImage` of a small 8-bit gray or RGB PNG, decoded by
     libspng; `None` when Pillow must decode it (other kinds, or no pyspng).
@@ -269,87 +190,13 @@ def _small_png(data, png, max_side):
         or _over_cap(png.width, png.height, max_side)
     ):
         return None
-    check_png_stream(png)
+    png_check.check_png_stream(png)
     try:
         pixels = pyspng.load(data)
     except Exception as e:  # pyspng's RuntimeError for bad data.
-        raise InvalidImageError(f"not a decodable image ({type(e).__name__}: {e})") from e
+        raise errors.InvalidImageError(f"not a decodable image ({type(e).__name__}: {e})") from e
     size = (png.height, png.width)
     return EncodedImage(data, "png", *size, size, pixels.tobytes(), channels)
-
-
-def _png_row_bytes(png):
-    """The length of each row of the image data, filter byte included, in
-    stream order (Adam7's passes one after the other when interlaced)."""
-    bits = _PNG_SAMPLES.get(png.color_type, 0) * png.bit_depth
-    if not bits:
-        raise InvalidImageError(f"not a decodable image (PNG colour type {png.color_type})")
-    passes = _ADAM7 if png.interlace else ((0, 0, 1, 1),)
-    rows = []
-    for left, top, step_x, step_y in passes:
-        width = max(0, -(-(png.width - left) // step_x))
-        height = max(0, -(-(png.height - top) // step_y))
-        if width and height:  # An empty pass has no rows, not even filter bytes.
-            rows += [1 + (width * bits + 7) // 8] * height
-    return rows
-
-
-def check_png_stream(png):
-    """Checks a PNG's image data as libpng reads it: one zlib stream with a
-    right checksum, exactly the image's rows, each with a known filter type.
-
-    Pillow fills in rows missing from a short stream, and TensorFlow's
-    decoder refuses such a file; libspng skips the checksum. With this
-    check, the rows are what any decoder reads. The stream is inflated a
-    piece at a time, so a huge image takes no more memory than a piece.
-
-    Raises:
-        InvalidImageError: the image data is damaged, short or too long.
-    """
-    rows = _png_row_bytes(png)
-    need = sum(rows)
-    # Where rows start: every `rows[0]` bytes, unless interlaced.
-    starts = np.cumsum([0] + rows[:-1]) if png.interlace else rows[0] if rows else 1
-    inflater = zlib.decompressobj()
-    pending, seen = b"".join(png.image_data), 0
-    try:
-        while pending or seen == 0:
-            piece = inflater.decompress(pending, _INFLATE_PIECE)
-            pending = inflater.unconsumed_tail
-            _check_filter_types(piece, seen, starts)
-            seen += len(piece)
-            if seen > need or not piece:
-                break
-        if seen <= need:
-            rest = inflater.flush()  # Output zlib still holds once all input is in.
-            _check_filter_types(rest, seen, starts)
-            seen += len(rest)
-    except zlib.error as e:
-        raise InvalidImageError(f"damaged PNG (its image data: {e})") from e
-    size = f"its {png.width}x{png.height} pixels need {need} bytes"
-    if seen > need:
-        raise InvalidImageError(f"damaged PNG (its image data holds more: {size})")
-    if seen < need or not inflater.eof:
-        raise InvalidImageError(f"damaged PNG (its image data holds {seen} bytes: {size})")
-
-
-# Image data inflated at a time by `check_png_stream`.
-_INFLATE_PIECE = 4 << 20
-
-
-def _check_filter_types(piece, offset, starts):
-    """Raises if a row starting in `piece` (at `offset` in the stream) has
-    a filter type byte over 4 (libpng: "bad adaptive filter value").
-    `starts`: the rows' start offsets, or the row length when all rows
-    have one (no interlace: a slice then, no NumPy for a tiny image)."""
-    if isinstance(starts, int):
-        first = -offset % starts
-        bad = max(piece[first::starts], default=0) > 4
-    else:
-        inside = starts[(starts >= offset) & (starts < offset + len(piece))] - offset
-        bad = len(inside) and np.frombuffer(piece, np.uint8)[inside].max() > 4
-    if bad:
-        raise InvalidImageError("damaged PNG (a row has an unknown filter type)")
 
 
 def _jpeg_process(data):
@@ -404,11 +251,12 @@ def encode_image(path, max_side=None):
     decoders, which the read path uses and which refuse files that Pillow
     reads (a marker inside a JPEG's scan data, a PNG with rows missing). A
     check at least as strict settles it here: a strict libjpeg decode at
-    1/8 scale, libpng's checks of a PNG's image data (`check_png_stream`).
-    An image it does not settle (`EncodedImage.settled`) is decoded by
-    TensorFlow once its shard is written (see `decodable`). Small PNGs,
-    whose raw pixels are stored too, are decoded here. Converted images
-    are decoded here, strictly for JPEGs (`_strict_jpeg`).
+    1/8 scale, libpng's checks of a PNG's image data
+    (`png_check.check_png_stream`). An image it does not settle
+    (`EncodedImage.settled`) is decoded by TensorFlow once its shard is
+    written (see `decodable`). Small PNGs, whose raw pixels are stored
+    too, are decoded here. Converted images are decoded here, strictly
+    for JPEGs (`_strict_jpeg`).
 
     Args:
         path: the image file.
@@ -429,12 +277,12 @@ def encode_image(path, max_side=None):
     try:
         data = storage.read_bytes(path)
     except OSError as e:
-        raise InvalidImageError(f"cannot read file: {e.strerror or e}") from e
+        raise errors.InvalidImageError(f"cannot read file: {e.strerror or e}") from e
     if not data:
-        raise InvalidImageError("empty file (0 bytes)")
+        raise errors.InvalidImageError("empty file (0 bytes)")
     png = None
-    if data.startswith(_PNG_SIGNATURE):
-        png = _png_header(data)
+    if data.startswith(png_check.PNG_SIGNATURE):
+        png = png_check.png_header(data)
         small = _small_png(data, png, max_side)
         if small is not None:
             return small
@@ -456,13 +304,13 @@ def _pillow_errors():
     try:
         yield
     except Image.DecompressionBombError as e:
-        raise InvalidImageError(f"decompression bomb refused: {e}") from e
+        raise errors.InvalidImageError(f"decompression bomb refused: {e}") from e
     except Image.UnidentifiedImageError as e:
-        raise InvalidImageError("not an image file (unknown format)") from e
-    except InvalidImageError:
+        raise errors.InvalidImageError("not an image file (unknown format)") from e
+    except errors.InvalidImageError:
         raise
     except Exception as e:  # Pillow raises many types for bad data.
-        raise InvalidImageError(
+        raise errors.InvalidImageError(
             f"not a decodable image ({type(e).__name__}: {e})"
         ) from e
 
@@ -596,7 +444,7 @@ def _strict_jpeg(data, image, scale):
             strict=True,
         )
     except ValueError as e:
-        raise InvalidImageError(f"damaged JPEG (libjpeg: {e})") from e
+        raise errors.InvalidImageError(f"damaged JPEG (libjpeg: {e})") from e
     if not plain:
         if scale > 1:
             image.draft(image.mode, (-(-width // scale), -(-height // scale)))
@@ -611,7 +459,7 @@ def _raw_sized(image):
 
 def _kept(data, opened, png):
     """The `EncodedImage` of a file stored as it is, settled when the checks
-    here pass (see `_strict_jpeg_decodes`, `check_png_stream`)."""
+    here pass (see `_strict_jpeg_decodes`, `png_check.check_png_stream`)."""
     image = opened.image
     raw = (b"", 0)
     if png is None:
@@ -619,10 +467,10 @@ def _kept(data, opened, png):
     else:
         raw = _raw_pixels(image)
         if raw[1]:  # Raw pixels are read back: the stream must be exact.
-            check_png_stream(png)
+            png_check.check_png_stream(png)
             settled = True
         else:
-            settled = _png_stream_settled(png)
+            settled = png_check.png_stream_settled(png)
     return EncodedImage(data, opened.format.lower(), image.height, image.width,
                         opened.source_size, *raw, settled=settled)
 
@@ -640,19 +488,6 @@ def _strict_jpeg_decodes(data):
         simplejpeg.decode_jpeg(data, colorspace="GRAY", min_width=1, min_height=1,
                                min_factor=8, strict=True)
     except ValueError:
-        return False
-    return True
-
-
-def _png_stream_settled(png):
-    """Whether a PNG's image data passes `check_png_stream` (and a palette
-    image has its palette): then libpng reads it. When not, TensorFlow's
-    decoder judges it at export (libpng reads some streams with extra data)."""
-    if png.color_type == 3 and b"PLTE" not in png.chunk_types:
-        return False
-    try:
-        check_png_stream(png)
-    except InvalidImageError:
         return False
     return True
 

@@ -38,7 +38,7 @@ def encode_features(path, max_side=None):
         was shrunk to `max_side`.
 
     Raises:
-        encode.InvalidImageError: the file is not a usable image.
+        errors.InvalidImageError: the file is not a usable image.
     """
     image = encode.encode_image(path, max_side)
     features = {

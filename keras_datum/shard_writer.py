@@ -12,7 +12,7 @@ import functools
 
 from keras_datum import cache
 from keras_datum import decodable
-from keras_datum import encode
+from keras_datum import errors
 from keras_datum import problems
 from keras_datum import records as record_files
 from keras_datum import storage
@@ -39,11 +39,11 @@ def encode_example(problem_name, options, encoder, record, refused=None):
         `(serialized example, stats)`, or `(InvalidExampleError, None)`.
     """
     if refused and record.relpath in refused:
-        return encode.InvalidImageError(refused[record.relpath]), None
+        return errors.InvalidImageError(refused[record.relpath]), None
     problem = problems.get(problem_name)
     try:
         features, stats = problem.encode(record, options)
-    except encode.InvalidExampleError as e:
+    except errors.InvalidExampleError as e:
         return e, None
     features["source/filename"] = record.relpath.encode("utf-8", "surrogateescape")
     return encoder(features), stats
@@ -210,7 +210,7 @@ def write_shard(path, split, records, results, on_invalid, progress=None):
         for record, (result, stats) in zip(records, results):
             if progress is not None:
                 progress()
-            if isinstance(result, encode.InvalidExampleError):
+            if isinstance(result, errors.InvalidExampleError):
                 if on_invalid == "raise":
                     raise type(result)(
                         f"Invalid example {record.path!r}: {result}. Pass "

@@ -64,7 +64,7 @@ class Problem:
         (`options`: the export options). Runs in export workers.
 
         Raises:
-            encode.InvalidExampleError: the example cannot be used.
+            errors.InvalidExampleError: the example cannot be used.
         """
         raise NotImplementedError
 

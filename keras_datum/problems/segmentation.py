@@ -29,6 +29,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_datum import encode as encode_lib
+from keras_datum import errors
 from keras_datum import images
 from keras_datum import sources
 from keras_datum import storage
@@ -235,23 +236,23 @@ def _read_mask(path):
         with encode_lib.huge_image_slot(MASK_BYTES_PER_PIXEL * mask.width * mask.height):
             mask.load()
             return _mask_values(mask, path)
-    except encode_lib.InvalidExampleError:
+    except errors.InvalidExampleError:
         raise
     except FileNotFoundError:
-        raise encode_lib.InvalidExampleError(f"mask file not found: {path}") from None
+        raise errors.InvalidExampleError(f"mask file not found: {path}") from None
     except Exception as e:  # noqa: BLE001 (Pillow raises many types for bad data)
-        raise encode_lib.InvalidExampleError(f"mask {path} is not a readable image ({e})") from None
+        raise errors.InvalidExampleError(f"mask {path} is not a readable image ({e})") from None
 
 
 def _mask_values(mask, path):
     if mask.mode not in ("P", "L", "I", "I;16", "1"):
-        raise encode_lib.InvalidExampleError(
+        raise errors.InvalidExampleError(
             f"mask {path} is a {mask.mode} image; masks must be palette or "
             "grayscale PNGs of class indices"
         )
     values = np.asarray(mask)
     if values.max(initial=0) > 255 or values.min(initial=0) < 0:
-        raise encode_lib.InvalidExampleError(f"mask {path} has values outside 0..255")
+        raise errors.InvalidExampleError(f"mask {path} has values outside 0..255")
     return values.astype(np.uint8)
 
 
@@ -266,7 +267,7 @@ def encode(record, options):
     )
     values = _read_mask(record.annotation["mask"])
     if values.shape != source_size:
-        raise encode_lib.InvalidExampleError(
+        raise errors.InvalidExampleError(
             f"mask {record.annotation['mask']} is {values.shape[1]}x{values.shape[0]}, "
             f"the image is {source_size[1]}x{source_size[0]}"
         )
@@ -276,7 +277,7 @@ def encode(record, options):
             v for v in np.unique(values).tolist() if v >= num_classes and v != IGNORE_LABEL
         )
         if past:
-            raise encode_lib.InvalidExampleError(
+            raise errors.InvalidExampleError(
                 f"mask {record.annotation['mask']} has class ids {past[:8]} past the "
                 f"{num_classes} classes listed (0..{num_classes - 1}, and "
                 f"{IGNORE_LABEL} to ignore)"

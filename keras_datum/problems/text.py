@@ -19,7 +19,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_datum import encode as encode_lib
+from keras_datum import errors
 from keras_datum import sources
 from keras_datum import storage
 from keras_datum.problems import base
@@ -176,11 +176,11 @@ def encode(record, options):
         try:
             data = storage.read_bytes(record.path)
         except OSError as e:
-            raise encode_lib.InvalidExampleError(f"cannot read file: {e.strerror or e}") from e
+            raise errors.InvalidExampleError(f"cannot read file: {e.strerror or e}") from e
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise encode_lib.InvalidExampleError(f"not UTF-8 text ({e})") from None
+            raise errors.InvalidExampleError(f"not UTF-8 text ({e})") from None
     return {"text": data, **record.labels}, {"characters": len(data)}
 
 
