@@ -93,6 +93,19 @@ def check_read_options(info, options):
         )
 
 
+# Keras core layers that cannot keep boxes right (checked in Keras 3.15's
+# source and on real boxes), and why.
+_MISALIGNING_CORE_LAYERS = {
+    "CutMix": "has no box transform in Keras (it raises NotImplementedError)",
+    "AugMix": "returns the boxes unchanged while its chain shears, translates "
+    "and rotates the image",
+    "MixUp": "concatenates the boxes and their classes along different axes, "
+    "so classes no longer match their boxes",
+    "RandomElasticTransform": "has no box transform in Keras (it raises "
+    "NotImplementedError)",
+}
+
+
 def check_augmentation(augmentation, options):
     """Refuses layers that would read the boxes in another format (they
     would move them wrongly, silently) or look for their classes under
@@ -106,6 +119,14 @@ def check_augmentation(augmentation, options):
             continue  # A callable gets the dict and owns its boxes.
         named = f"The {augmentation.argument} layer {type(step).__name__} (name={step.name!r})"
         keras_core = family == "keras"
+        why = _MISALIGNING_CORE_LAYERS.get(type(step).__name__) if keras_core else None
+        if why is not None:
+            raise ValueError(
+                f"{named} {why}: on a detection dataset it would misalign the "
+                "boxes. Leave it out, or use the box-aware layers (RandomFlip, "
+                "RandomRotation, RandomTranslation, RandomZoom, RandomCrop, "
+                "RandomShear, RandAugment, each with bounding_box_format)."
+            )
         layer_format = getattr(step, "bounding_box_format", None)
         if keras_core and layer_format is None:
             raise ValueError(

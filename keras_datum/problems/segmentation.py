@@ -321,6 +321,9 @@ def decode(parsed, info, options):
 # Keras layers whose mask transform blends the masks of two images (or of
 # several chains) by weight: the result holds class ids found in neither.
 _MASK_BLENDING = ("MixUp", "AugMix")
+# Keras layers that paste another image's patch into the masks wrongly
+# (Keras 3.15's CutMix gives masks of the images' channel count).
+_MASK_PASTING = ("CutMix",)
 # Keras crops that resize instead (bilinearly) when the crop is larger than
 # the image.
 _CROPS = ("RandomCrop", "CenterCrop")
@@ -335,6 +338,13 @@ def check_augmentation(augmentation, options):
     for step in augmentation.layers:
         name = type(step).__name__
         keras_layer = augment.image_layer_family(step) == "keras"
+        if keras_layer and name in _MASK_PASTING:
+            raise ValueError(
+                f"The {augmentation.argument} layer {name} (name={step.name!r}) "
+                "does not cut the masks as it cuts the images (in Keras, its masks "
+                "come out with the images' channels), so it would misalign images "
+                "and masks. Leave it out of a segmentation pipeline."
+            )
         if keras_layer and name in _MASK_BLENDING:
             raise ValueError(
                 f"The {augmentation.argument} layer {name} (name={step.name!r}) "
