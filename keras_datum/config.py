@@ -62,7 +62,7 @@ DEFAULTS: Mapping[str, Any] = {
     "follow_links": False,
     "bounding_box_format": "xyxy",
     "max_boxes": None,
-    "bounding_box_class_key": "classes",
+    "bounding_box_class_key": "labels",
     "bucket_boundaries": None,
     "max_length": None,
     "max_image_side": "auto",
@@ -288,7 +288,7 @@ class ReadOptions:
     pad_to_aspect_ratio: bool | None = None
     bounding_box_format: str = "xyxy"
     max_boxes: int | None = None
-    bounding_box_class_key: str = "classes"
+    bounding_box_class_key: str = "labels"
     bucket_boundaries: tuple[int, ...] = ()
     max_length: int | None = None
     image_dtype: str | None = None

@@ -99,8 +99,10 @@ class DatumDataset:
         max_boxes: detection only: pad (with -1) or cut each image's boxes
             to this many, giving dense tensors; `None` gives ragged batches.
             Defaults to `None`.
-        bounding_box_class_key: detection only: `"classes"` (KerasCV) or
-            `"labels"` (Keras core box-aware layers). Defaults to `"classes"`.
+        bounding_box_class_key: detection only: the key of the boxes'
+            classes, `"labels"` (Keras core's box-aware layers and KerasHub's
+            detectors) or `"classes"` (KerasCV's layers and models).
+            Defaults to `"labels"`.
         max_image_side: export-time size cap: images whose longer side is
             more than 25% over it are shrunk to it once, at export, instead
             of being decoded at full size in every epoch (the shorter side
@@ -179,7 +181,7 @@ class DatumDataset:
         follow_links=False,
         bounding_box_format="xyxy",
         max_boxes=None,
-        bounding_box_class_key="classes",
+        bounding_box_class_key="labels",
         bucket_boundaries=None,
         max_length=None,
         max_image_side="auto",

@@ -321,10 +321,10 @@ def test_detection_varying_box_counts_round_trip(tmp_path, fmt):
         batch_size=None, shuffle=False, verbose=False,
     )
     assert ds.info["problem"] == "detection" and ds.class_names == CLASS_NAMES
-    examples = [(y["boxes"].numpy(), y["classes"].numpy().astype(int)) for _, y in ds.train()]
+    examples = [(y["boxes"].numpy(), y["labels"].numpy().astype(int)) for _, y in ds.train()]
     assert sorted(len(b) for b, _ in examples) == [1, 2, 3, 4, 5]
     _match(examples, items[:5], fmt, image_size)
-    _match([(y["boxes"].numpy(), y["classes"].numpy().astype(int)) for _, y in ds.val()],
+    _match([(y["boxes"].numpy(), y["labels"].numpy().astype(int)) for _, y in ds.val()],
            items[5:], fmt, image_size)
 
 
@@ -353,10 +353,10 @@ def test_detection_dense_max_boxes_and_ragged_batches(tmp_path):
     x_spec, y_spec = dense.train().element_spec
     assert x_spec == tf.TensorSpec((None, *image_size, 3), tf.float32)
     assert y_spec["boxes"].shape.as_list() == [None, 4, 4]
-    assert y_spec["classes"].shape.as_list() == [None, 4]
+    assert y_spec["labels"].shape.as_list() == [None, 4]
     rows = []
     for _, y in dense.train():
-        for boxes, classes in zip(y["boxes"].numpy(), y["classes"].numpy()):
+        for boxes, classes in zip(y["boxes"].numpy(), y["labels"].numpy()):
             real = classes >= 0
             assert np.all(boxes[~real] == -1)
             rows.append((boxes[real], classes[real].astype(int)))
@@ -369,7 +369,7 @@ def test_detection_dense_max_boxes_and_ragged_batches(tmp_path):
     for x, y in ragged.train():
         assert isinstance(y["boxes"], tf.RaggedTensor)
         counts += y["boxes"].row_lengths().numpy().tolist()
-        assert counts[-len(x):] == y["classes"].row_lengths().numpy().tolist()
+        assert counts[-len(x):] == y["labels"].row_lengths().numpy().tolist()
     assert sorted(counts) == sorted(len(b) for _, b, _, _ in items)
 
 
@@ -382,7 +382,7 @@ def test_detection_boxes_follow_the_padding(tmp_path):
         (s, [[b[0] * 1.5, b[1] * 1.5 + 15, b[2] * 1.5, b[3] * 1.5 + 15] for b in boxes], c, None)
         for s, boxes, c, _ in items
     ]
-    _match([(y["boxes"].numpy(), y["classes"].numpy().astype(int)) for _, y in ds.train()],
+    _match([(y["boxes"].numpy(), y["labels"].numpy().astype(int)) for _, y in ds.train()],
            scaled, "xyxy", (90, 90))
 
 

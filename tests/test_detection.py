@@ -27,7 +27,7 @@ def _sources(tmp_path, kind, items):
 def _examples(dataset):
     out = []
     for x, y in dataset:
-        out.append((x.numpy(), y["boxes"].numpy(), y["classes"].numpy()))
+        out.append((x.numpy(), y["boxes"].numpy(), y["labels"].numpy()))
     return out
 
 
@@ -99,16 +99,17 @@ def test_dense_padding_and_ragged_batches(tmp_path):
     root = write_voc(tmp_path / "voc", draw_items(6))
     dense = DatumDataset(root, image_size=(40, 60), max_boxes=3, batch_size=3, validation_split=None, verbose=False)
     x, y = next(iter(dense.train()))
-    assert y["boxes"].shape == (3, 3, 4) and y["classes"].shape == (3, 3)
-    assert set(np.unique(y["classes"].numpy())) <= {-1.0, 0.0, 1.0}
-    assert (y["classes"].numpy() == -1).any()
+    assert y["boxes"].shape == (3, 3, 4) and y["labels"].shape == (3, 3)
+    assert set(np.unique(y["labels"].numpy())) <= {-1.0, 0.0, 1.0}
+    assert (y["labels"].numpy() == -1).any()
     ragged = DatumDataset(root, image_size=(40, 60), batch_size=3, validation_split=None, verbose=False)
     _, y = next(iter(ragged.train()))
     assert isinstance(y["boxes"], tf.RaggedTensor)
-    keras_key = DatumDataset(root, image_size=(40, 60), batch_size=3, bounding_box_class_key="labels",
-                             validation_split=None, verbose=False)
-    _, y = next(iter(keras_key.train()))
-    assert set(y) == {"boxes", "labels"}
+    keras_cv_key = DatumDataset(root, image_size=(40, 60), batch_size=3,
+                                bounding_box_class_key="classes", validation_split=None,
+                                verbose=False)
+    _, y = next(iter(keras_cv_key.train()))
+    assert set(y) == {"boxes", "classes"}
 
 
 BATCH_BOX_LAYERS = {
@@ -158,7 +159,8 @@ def test_max_boxes_that_cuts_boxes_off_warns(tmp_path):
 
     def dataset(max_boxes):
         return DatumDataset(root, image_size=(32, 32), batch_size=4, max_boxes=max_boxes,
-                            validation_split=None, verbose=False)
+                            bounding_box_class_key="classes", validation_split=None,
+                            verbose=False)
 
     assert dataset(None).info["splits"]["train"]["images_by_box_count"] == [0, 2, 2, 2]
     with pytest.warns(UserWarning, match=r"max_boxes=2 cuts boxes off 2 of the train split's 6 "
@@ -474,7 +476,9 @@ def test_bad_box_format():
 @pytest.mark.slow
 def test_keras_cv_yolov8_detector_fits(tmp_path):
     root = write_voc(tmp_path / "voc", draw_items(8))
-    ds = DatumDataset(root, image_size=(64, 64), max_boxes=4, batch_size=4, validation_split=None, verbose=False)
+    # KerasCV's models read the classes under "classes": its one argument.
+    ds = DatumDataset(root, image_size=(64, 64), max_boxes=4, batch_size=4, validation_split=None,
+                      bounding_box_class_key="classes", verbose=False)
     backbone = keras_cv.models.YOLOV8Backbone(
         stackwise_channels=[8, 16, 32, 64], stackwise_depth=[1, 1, 1, 1],
         include_rescaling=True, input_shape=(64, 64, 3),
@@ -492,7 +496,7 @@ def test_keras_cv_yolov8_detector_fits(tmp_path):
 def test_mosaic_and_jittered_resize_through_the_pipeline(tmp_path, max_boxes):
     root = write_voc(tmp_path / "voc", [item for item in draw_items(12) if item[1]])
     ds = DatumDataset(root, image_size=(64, 64), max_boxes=max_boxes, batch_size=4,
-                      validation_split=None, verbose=False)
+                      bounding_box_class_key="classes", validation_split=None, verbose=False)
     jitter = keras_cv.layers.JitteredResize(
         target_size=(64, 64), scale_factor=(0.8, 1.2), bounding_box_format="xyxy"
     )

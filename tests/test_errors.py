@@ -213,7 +213,7 @@ def test_bad_preview_arguments_are_refused_before_the_export(tmp_path, kwargs, e
     ("bucket_boundaries", [4, 8], "text"),
     ("max_boxes", 5, "detection"),
     ("bounding_box_format", "xywh", "detection"),
-    ("bounding_box_class_key", "labels", "detection"),
+    ("bounding_box_class_key", "classes", "detection"),
 ])
 def test_options_of_another_problem_type_are_refused_before_export(tmp_path, name, value, owners):
     root = make_class_folders(tmp_path / "src", {"a": 2, "b": 2})

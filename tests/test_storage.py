@@ -180,7 +180,7 @@ def test_voc_detection_on_ram(ram_root, tmp_path):
     ds = DatumDataset(f"{ram_root}/voc", problem="detection", image_size=(40, 60),
                       validation_split=None, cache_dir=f"{ram_root}/cache", verbose=False)
     assert ds.class_names == ["cat", "dog"]
-    boxes = sum(int(np.sum(np.asarray(y["classes"]) >= 0))
+    boxes = sum(int(np.sum(np.asarray(y["labels"]) >= 0))
                 for _, y in ds.train(batch_size=None, shuffle=False))
     assert boxes == sum(len(b) for _, b, _, _ in draw_items(6))
 
