@@ -245,9 +245,28 @@ def _structure(inputs):
     return tf.nest.map_structure(lambda v: (v.dtype.name, v.shape.rank), inputs)
 
 
+def _as_batch_of_one(step, inputs):
+    """Whether `step` gets this example as a batch of one: Keras's layers
+    on its JAX and PyTorch backends fail on one example's boxes inside
+    tf.data (Keras 3.15 formats a single example's boxes with the backend's
+    own ops, not TensorFlow's), and take a batch of one the same way."""
+    return (
+        keras.backend.backend() != "tensorflow"
+        and isinstance(step, keras.layers.Layer)
+        and image_layer_family(step) != "keras_cv"
+        and "images" in inputs
+        and inputs["images"].shape.rank == 3
+    )
+
+
 def _apply(step, inputs, argument):
+    one = _as_batch_of_one(step, inputs)
     try:
-        outputs = step(dict(inputs))
+        if one:
+            outputs = step(tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), dict(inputs)))
+            outputs = tf.nest.map_structure(lambda t: tf.squeeze(t, 0), outputs)
+        else:
+            outputs = step(dict(inputs))
     except Exception as e:
         raise ValueError(
             f"The {argument} step {_name(step)} failed on the element "

@@ -205,6 +205,7 @@ class DatumDataset:
         # The splits built so far with the dataset's label mode.
         self._built_splits = set()
         self._strategy = None
+        distribute.keep_tensorflow_off_gpus()
         # Applied now, not at import or first read, so that a model built
         # after the dataset (inside `ds.strategy.scope()`) uses the policy.
         self.mixed_precision = distribute.apply_mixed_precision(

@@ -31,6 +31,14 @@ MIXED_PRECISION_MODES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
 def check_strategy(strategy):
+    if isinstance(strategy, tf.distribute.Strategy) and keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "A tf.distribute strategy distributes Keras's TensorFlow backend only, "
+            f"and Keras runs on {keras.backend.backend()}. Leave `strategy` at 'auto' "
+            "(the batches are then global ones) and distribute with keras.distribution "
+            "(keras.distribution.DataParallel on JAX); see docs/distribution.md. "
+            f"Received: strategy={strategy!r}"
+        )
     if strategy == "auto" or isinstance(strategy, tf.distribute.Strategy):
         return strategy
     raise ValueError(
@@ -69,16 +77,18 @@ def accelerators():
 
     `platform` is `"tpu"`, `"gpu"` or `"cpu"`, or `"unknown"` (see
     `_jax_accelerators`); `devices` holds each GPU's CUDA compute capability
-    as `(major, minor)` (`None` when it has none, such as an AMD GPU). JAX is
-    asked itself when it is the backend: a JAX install usually has
-    TensorFlow's CPU build, which sees no GPU at all. Other backends are seen
-    through TensorFlow (PyTorch's own view is not asked: that backend is not
-    tested here). Physical devices only on TensorFlow: listing logical ones
+    as `(major, minor)` (`None` when it has none, such as an AMD GPU). JAX and
+    PyTorch are asked themselves when they are the backend: TensorFlow is kept
+    off their GPUs (`keep_tensorflow_off_gpus`), and a JAX install usually has
+    TensorFlow's CPU build, which sees no GPU at all. Physical devices only on
+    TensorFlow: listing logical ones
     would start its runtime, after which users can no longer configure
     devices or threads.
     """
     if keras.backend.backend() == "jax":
         return _jax_accelerators()
+    if keras.backend.backend() == "torch":
+        return _torch_accelerators()
     if tf.config.list_physical_devices("TPU"):
         return "tpu", []
     gpus = tf.config.list_physical_devices("GPU")
@@ -124,6 +134,43 @@ def _jax_accelerators():
 
         return from_jax_devices(jax.devices())
     return ("unknown", []) if _jax_accelerator_installed() else ("cpu", [])
+
+
+def _torch_accelerators():
+    """`accelerators()` on Keras's PyTorch backend, as PyTorch sees CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu", []
+    count = torch.cuda.device_count()
+    return "gpu", [tuple(torch.cuda.get_device_capability(i)) for i in range(count)]
+
+
+def keep_tensorflow_off_gpus():
+    """On Keras's JAX and PyTorch backends, TensorFlow runs tf.data only, on
+    the CPU: the GPUs are hidden from it before it starts on them, so that it
+    does not reserve GPU memory the backend needs (TensorFlow takes most of a
+    GPU's memory when it starts on it). Warns when TensorFlow has already
+    started on them.
+
+    Returns:
+        Whether the GPUs are hidden from TensorFlow (False on Keras's
+        TensorFlow backend, which trains on them).
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return False
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:  # TensorFlow's runtime already started on the GPUs.
+        notices.warn(
+            f"TensorFlow had started on the GPUs before the DatumDataset was made, so "
+            f"it may hold GPU memory that Keras's {backend} backend needs. Make the "
+            "DatumDataset before any TensorFlow op runs, or call "
+            "tf.config.set_visible_devices([], 'GPU') first.",
+        )
+        return False
+    return True
 
 
 def from_jax_devices(devices):
