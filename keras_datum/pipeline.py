@@ -9,8 +9,7 @@ import os
 
 import tensorflow as tf
 
-from keras_datum import cache
-from keras_datum import datum_format
+from keras_datum import decoding
 from keras_datum import images
 from keras_datum import memory
 from keras_datum import problems
@@ -28,39 +27,10 @@ MAX_INTERLEAVE = 16
 # per shard being interleaved) stay small whatever the records hold.
 COUNT_BLOCK = 256
 BLOCK_BYTES = 512 * 1024
-_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
 
-
-def parse_spec(features):
-    """The `tf.io.parse_single_example` spec for the metadata's feature spec.
-
-    The source file name is stored for reports and debugging, not read back:
-    parsing it for every example would be work thrown away.
-    """
-    spec = {}
-    for name, feature in features.items():
-        if name in cache.SOURCE_FEATURES:
-            continue
-        dtype = _DTYPES[feature["dtype"]]
-        if feature["shape"] is None:
-            spec[name] = tf.io.VarLenFeature(dtype)
-        else:
-            spec[name] = tf.io.FixedLenFeature(feature["shape"], dtype)
-    return spec
-
-
-def decode_example(serialized, meta, options):
-    """One serialized example -> the problem's KerasCV dict."""
-    if meta.in_place:  # A datum export.
-        parsed = datum_format.parse_example(serialized, meta.json)
-        return problems.get(meta.problem).decode(parsed, meta.json, options)
-    parsed = tf.io.parse_single_example(serialized, parse_spec(meta.features))
-    parsed = {
-        k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
-        for k, v in parsed.items()
-    }
-    return problems.get(meta.problem).decode(parsed, meta.json, options)
-
+# The decoding of one example lives in `decoding`; its callers know it here.
+parse_spec = decoding.parse_spec
+decode_example = decoding.decode_example
 
 # Serialized examples parsed and decoded together on the batch fast path.
 DECODE_BATCH = 256
@@ -68,10 +38,6 @@ DECODE_BATCH = 256
 # (all of a smaller split). More would delay the first batch of the first
 # epoch, which waits for the buffer to fill.
 MAX_SHUFFLED_EXAMPLES = 16384
-
-
-def _unchanged(inputs):
-    return inputs
 
 
 def _batch_decoder(meta, split, options):
@@ -106,7 +72,7 @@ def _batch_decoder(meta, split, options):
         options.crop_to_aspect_ratio or options.pad_to_aspect_ratio
     ):
         return None
-    spec = parse_spec(meta.features)
+    spec = decoding.parse_spec(meta.features)
     spec.pop("image")  # The encoded copy is not needed.
     def decode_batch(serialized):
         parsed = tf.io.parse_example(serialized, spec)
@@ -121,7 +87,7 @@ def _batch_decoder(meta, split, options):
         # problem's own labelling works on the whole batch.
         return problems.classification.with_labels({"images": batch}, parsed, meta.json, options)
 
-    def apply(blocks, deterministic, then=_unchanged):
+    def apply(blocks, deterministic, then=decoding.unchanged):
         """Blocks of serialized examples -> blocks of decoded examples.
 
         `then` (element-wise, such as the cast to uint8) runs per block too,
@@ -331,42 +297,6 @@ def _with_count(dataset, num_examples):
     return dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
 
 
-_PIXEL_KEYS = ("images", "segmentation_masks")
-
-
-# Resize methods whose output stays within its input's range (weighted
-# averages with non-negative weights): their pixels need no clipping to fit
-# uint8 again.
-_CONVEX_INTERPOLATIONS = ("bilinear", "nearest", "area")
-
-
-def _pixels_as(dtype, interpolation=None):
-    """Casts the pixels of an element to `dtype` (uint8: rounded, and clipped
-    unless `interpolation` cannot leave [0, 255]); pixels already in `dtype`
-    are left alone."""
-
-    def cast(inputs):
-        inputs = dict(inputs)
-        for key in _PIXEL_KEYS:
-            if key in inputs and inputs[key].dtype != dtype:
-                value = inputs[key]
-                if dtype == tf.uint8:
-                    inputs[key] = _rounded_uint8(value, interpolation)
-                else:
-                    inputs[key] = tf.cast(value, dtype)
-        return inputs
-
-    return cast
-
-
-def _rounded_uint8(value, interpolation=None):
-    """Float pixels as uint8: rounded, and clipped to [0, 255] unless they
-    come straight from a resize by `interpolation` that cannot leave it."""
-    if interpolation not in _CONVEX_INTERPOLATIONS:
-        value = tf.clip_by_value(value, 0.0, 255.0)
-    return tf.cast(tf.round(value), tf.uint8)
-
-
 def decoded_bytes(meta, split, options):
     """Memory the decoded split takes at the target size, as uint8."""
     info = meta.splits[split].stats
@@ -419,7 +349,7 @@ def _examples(
     if shard_by_example is not None:
         dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
 
-    def decoded(dataset, then=_unchanged, finite=True):
+    def decoded(dataset, then=decoding.unchanged, finite=True):
         """Serialized examples -> decoded dicts, with `then` applied (fused).
 
         Whole-batch decoding unbatches, which forgets the count: it is
@@ -431,7 +361,7 @@ def _examples(
             if whole and shard_by_example is None and finite:
                 dataset = _with_count(dataset, num_examples)
             return dataset
-        decode = lambda s: then(decode_example(s, meta, options))
+        decode = lambda s: then(decoding.decode_example(s, meta, options))
         if meta.in_place:
             dataset = read_guard.labels_checked(dataset, meta.json)
         if on_invalid == "raise":
@@ -461,7 +391,7 @@ def _examples(
         # shuffle the decoded elements: later epochs decode nothing. The
         # cast back to float32 waits for the batch when nothing per example
         # needs floats, so a cached epoch costs a few operations per batch.
-        dataset = decoded(dataset, then=_pixels_as(tf.uint8, options.interpolation)).cache()
+        dataset = decoded(dataset, then=decoding.pixels_as(tf.uint8, options.interpolation)).cache()
     if shuffle:
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -552,7 +482,7 @@ def _finisher(image_dtype, problem, labels_spec, resized_by=None):
     `resized_by` (the interpolation, when nothing ran after the resize)
     cannot have left [0, 255]; uint8 images pass untouched."""
     int_labels = _int_labels(labels_spec)
-    to_float = _pixels_as(tf.float32)
+    to_float = decoding.pixels_as(tf.float32)
     image_dtype = tf.as_dtype(image_dtype)
 
     def finish(inputs):
@@ -563,7 +493,7 @@ def _finisher(image_dtype, problem, labels_spec, resized_by=None):
             if image_dtype != tf.uint8:
                 images = tf.cast(images, image_dtype)
             elif images.dtype != tf.uint8:
-                images = _rounded_uint8(images, resized_by)
+                images = decoding.rounded_uint8(images, resized_by)
             inputs["images"] = images
         if int_labels:
             inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
@@ -644,7 +574,7 @@ def build(
         blocks = _serialized_blocks(
             paths, counts, shuffle_files, seed, deterministic, block, guard
         )
-        to_uint8 = _pixels_as(tf.uint8, options.interpolation) if cache else _unchanged
+        to_uint8 = decoding.pixels_as(tf.uint8, options.interpolation) if cache else decoding.unchanged
         blocks = batch_decoder(blocks, deterministic, to_uint8)
         if cache:
             blocks = blocks.cache()
@@ -682,7 +612,7 @@ def build(
         if augmentation is not None and seed is not None:
             augmentation.reseed(seed)
     int_labels = _int_labels(labels_spec)
-    to_float = _pixels_as(tf.float32)
+    to_float = decoding.pixels_as(tf.float32)
 
     def augmented(augmentation, then=None):
         """`augmentation` on what the layers take: float32 pixels (cached ones
