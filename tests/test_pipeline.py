@@ -9,6 +9,7 @@ from PIL import Image
 
 from keras_datum import DatumDataset
 from keras_datum import pipeline
+from keras_datum import shard_reader
 from keras_datum.metadata import Metadata
 
 BATCH_DECODER = pipeline._batch_decoder
@@ -123,7 +124,7 @@ def test_block_path_gives_every_example_once_per_epoch_shuffled(tmp_path, monkey
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, cache=cache, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
     # Small blocks and windows, so that a pass has several of each.
-    monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
+    monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
     monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
     used = _block_path_spy(monkeypatch)
     train = ds.train(seed=5)
@@ -170,7 +171,7 @@ def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_b
     root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25}, size=(8, 8))
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
-    monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
+    monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
     monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
     original, early, ahead = pipeline._block_batches, [], []
 
