@@ -8,6 +8,7 @@ import functools
 
 import tensorflow as tf
 
+from keras_datum import blocks
 from keras_datum import decoding
 from keras_datum import images
 from keras_datum import memory
@@ -25,75 +26,6 @@ parse_spec = decoding.parse_spec
 decode_example = decoding.decode_example
 file_names = shard_reader.file_names
 shard_paths = shard_reader.shard_paths
-
-# Serialized examples parsed and decoded together on the batch fast path.
-DECODE_BATCH = 256
-# Cached examples whose blocks are shuffled at once on the batch fast path
-# (all of a smaller split). More would delay the first batch of the first
-# epoch, which waits for the buffer to fill.
-MAX_SHUFFLED_EXAMPLES = 16384
-
-
-def _batch_decoder(meta, split, options):
-    """A whole-batch decoder for splits of same-size raw-pixel images, or None.
-
-    When every image of a classification split has raw pixels (small
-    lossless images, see `encode.RAW_MAX_PIXELS`) of one size and one
-    channel count, each block of serialized examples is parsed with one
-    `parse_example` and its pixels with one `decode_raw`: the per-example
-    parsing and decoding, most of the cost of tiny images, is gone. Pixels
-    that need no resize stay uint8 until the pipeline's per-batch cast; what
-    comes out of the pipeline is exactly what the per-example path gives.
-    """
-    stored = images.stored_images(meta.splits[split].stats)
-    want = images.CHANNELS[options.color_mode]
-    if (
-        stored is None
-        or meta.problem != problems.classification.NAME
-        or meta.label_spec["type"] not in ("class", "regression", "none")
-        # Binary labels are reshaped per example.
-        or options.label_mode == "binary"
-        or stored["raw"] != "all"
-        or len(stored["raw_channels"]) != 1
-        or (stored["raw_channels"][0] == 3 and want == 1)  # libpng's gray conversion: per image.
-        or stored["min_height"] != stored["max_height"]
-        or stored["min_width"] != stored["max_width"]
-    ):
-        return None
-    height, width = stored["max_height"], stored["max_width"]
-    raw_channels = stored["raw_channels"][0]
-    if (height, width) != tuple(options.image_size) and (
-        options.crop_to_aspect_ratio or options.pad_to_aspect_ratio
-    ):
-        return None
-    spec = decoding.parse_spec(meta.features)
-    spec.pop("image")  # The encoded copy is not needed.
-    def decode_batch(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        pixels = tf.io.decode_raw(parsed.pop("image/pixels"), tf.uint8)
-        batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, raw_channels]), want)
-        if (height, width) != tuple(options.image_size):
-            batch = tf.image.resize(batch, options.image_size, method=options.interpolation)
-        # Pixels that were not resized stay uint8: the cache keeps them as
-        # they are, and the cast to float32 happens once per batch.
-        batch.set_shape((None, *options.image_size, want))
-        # Integer, one-hot and regression labels are element-wise: the
-        # problem's own labelling works on the whole batch.
-        return problems.classification.with_labels({"images": batch}, parsed, meta.json, options)
-
-    def apply(blocks, deterministic, then=decoding.unchanged):
-        """Blocks of serialized examples -> blocks of decoded examples.
-
-        `then` (element-wise, such as the cast to uint8) runs per block too,
-        so no per-example step is left."""
-        return blocks.map(
-            lambda s: then(decode_batch(s)),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        )
-
-    return apply
-
 
 def decoded_bytes(meta, split, options):
     """Memory the decoded split takes at the target size, as uint8."""
@@ -154,7 +86,7 @@ def _examples(
         asserted again when this reader sees the whole split, once."""
         if batch_decoder is not None:
             dataset = batch_decoder(
-                dataset if from_blocks else dataset.batch(DECODE_BATCH), deterministic, then
+                dataset if from_blocks else dataset.batch(blocks.DECODE_BATCH), deterministic, then
             ).unbatch()
             if whole and shard_by_example is None and finite:
                 dataset = shard_reader.with_count(dataset, num_examples)
@@ -197,61 +129,6 @@ def _examples(
     if not cache:
         dataset = decoded(dataset, finite=not repeat)
     return dataset
-
-
-def _block_batches(
-    blocks, batch_size, shuffle, repeat, seed, deterministic, window, block, max_blocks,
-    num_examples, then=None, ahead=False,
-):
-    """Blocks of decoded examples -> batches, with no step per example.
-
-    Shuffling is in two stages: the blocks' order (all of them when
-    `max_blocks` is given, as for a cached split; else about a window's
-    worth), then a random permutation of each window of `window`
-    consecutive examples. A batch therefore mixes examples from several
-    blocks, as a shuffle buffer of `window` examples would. `then`
-    (element-wise) runs on each window, or each block when nothing is
-    shuffled, before the cut into batches. With `ahead`, the next window is
-    made while the current one is cut (one more window in memory).
-    """
-    if shuffle:
-        blocks = blocks.shuffle(
-            max_blocks or max(1, window // block), seed=seed, reshuffle_each_iteration=True
-        )
-        windows = tf.data.Dataset.zip(
-            (
-                blocks.rebatch(window),
-                tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True),
-            )
-        )
-
-        def permute(inputs, draw):
-            size = tf.shape(tf.nest.flatten(inputs)[0])[0]
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(size), seed=tf.stack([draw, tf.constant(0, tf.int64)])
-            )
-            permuted = tf.nest.map_structure(lambda t: tf.gather(t, order), inputs)
-            return permuted if then is None else then(permuted)
-
-        # One window at a time: a permutation is a quick gather, and windows
-        # permuted ahead in parallel would each hold a window's memory. But
-        # the next window is made while this one is cut into batches (when
-        # windows are small, `ahead`): made on demand, it stalls the batches
-        # behind it for a whole window's work, longer than the prefetched
-        # batches last (+10% on later cached tiny-image epochs, paired A/B).
-        blocks = windows.map(permute)
-        if ahead:
-            blocks = blocks.prefetch(1)
-    elif then is not None:
-        blocks = blocks.map(then)
-    if repeat:
-        blocks = blocks.repeat()
-    batches = blocks.rebatch(batch_size)
-    if num_examples is not None and not repeat:
-        batches = batches.apply(
-            tf.data.experimental.assert_cardinality(-(-num_examples // batch_size))
-        )
-    return batches
 
 
 # Float pixels of a window (the shuffle buffer) at most this big get the
@@ -357,7 +234,8 @@ def build(
     buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
     whole = not data_service and not by_example
     shuffle_files = shuffle and not cache and not by_example
-    batch_decoder = _batch_decoder(meta, split, options)
+    layout = blocks.raw_layout(meta, split, options)
+    batch_decoder = None if layout is None else blocks.batch_decoder(meta, options, layout)
     problem = problems.get(meta.problem)
     block = shard_reader.block_records(paths, counts)
     if (
@@ -369,24 +247,26 @@ def build(
     ):
         # Nothing happens per example: blocks of records are decoded,
         # cached, shuffled and cut into batches as blocks.
-        blocks = shard_reader.serialized_blocks(
+        decoded = shard_reader.serialized_blocks(
             paths, counts, shuffle_files, seed, deterministic, block, guard
         )
-        to_uint8 = decoding.pixels_as(tf.uint8, options.interpolation) if cache else decoding.unchanged
-        blocks = batch_decoder(blocks, deterministic, to_uint8)
+        to_uint8 = (
+            decoding.pixels_as(tf.uint8, options.interpolation) if cache else decoding.unchanged
+        )
+        decoded = batch_decoder(decoded, deterministic, to_uint8)
         if cache:
-            blocks = blocks.cache()
+            decoded = decoded.cache()
         # The last step runs on whole windows when nothing works on batches
         # and a window's float pixels stay small: one step per batch fewer.
         # Windows that small are also made one ahead.
-        small_windows = _float_bytes(blocks, buffer) <= EARLY_FINISH_BYTES
+        small_windows = _float_bytes(decoded, buffer) <= EARLY_FINISH_BYTES
         early = batch_augment is None and small_windows
-        labels_spec = blocks.element_spec.get("labels")
-        dataset = _block_batches(
-            blocks, batch_size, shuffle, repeat, seed, deterministic, buffer, block,
+        labels_spec = decoded.element_spec.get("labels")
+        dataset = blocks.block_batches(
+            decoded, batch_size, shuffle, repeat, seed, deterministic, buffer, block,
             # Cached blocks are references: many can take part in the
             # shuffle (decoded blocks read anew are bounded by `buffer`).
-            max_blocks=len(paths) + min(num_examples, MAX_SHUFFLED_EXAMPLES) // block
+            max_blocks=len(paths) + min(num_examples, blocks.MAX_SHUFFLED_EXAMPLES) // block
             if cache
             else None,
             num_examples=num_examples if whole else None,
