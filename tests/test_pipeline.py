@@ -9,7 +9,7 @@ from PIL import Image
 
 from keras_datum import DatumDataset
 from keras_datum import blocks
-from keras_datum import pipeline
+from keras_datum import read_plan
 from keras_datum import shard_reader
 from keras_datum.metadata import Metadata
 
@@ -126,7 +126,7 @@ def test_block_path_gives_every_example_once_per_epoch_shuffled(tmp_path, monkey
                       cache_dir=tmp_path / "cache", verbose=False)
     # Small blocks and windows, so that a pass has several of each.
     monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
-    monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
+    monkeypatch.setattr(read_plan, "DEFAULT_SHUFFLE_BUFFER", 32)
     used = _block_path_spy(monkeypatch)
     train = ds.train(seed=5)
     assert used == [True]
@@ -173,7 +173,7 @@ def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_b
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
     monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
-    monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
+    monkeypatch.setattr(read_plan, "DEFAULT_SHUFFLE_BUFFER", 32)
     original, early, ahead = blocks.block_batches, [], []
 
     def spy(*args, **kwargs):
@@ -190,7 +190,7 @@ def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_b
         return [(np.asarray(x).tobytes(), np.asarray(y).tobytes()) for x, y in batches]
 
     on_windows = stream()
-    monkeypatch.setattr(pipeline, "EARLY_FINISH_BYTES", -1)
+    monkeypatch.setattr(read_plan, "EARLY_FINISH_BYTES", -1)
     assert stream() == on_windows
     assert early == [True, False]
     # Small windows are also made one ahead: the same batches either way.
