@@ -53,7 +53,7 @@ def encode_features(path, max_side=None):
         "height": image.height,
         "width": image.width,
         # Counted per split: when every image has raw pixels of one size, the
-        # reader decodes whole batches at once (`pipeline._batch_decoder`).
+        # reader decodes whole batches at once (`blocks.batch_decoder`).
         "raw_images": int(image.channels > 0),
         "raw_channels": {image.channels} if image.channels else set(),
         # Taken out by the shard writer: TensorFlow's decoders judge it.
@@ -101,7 +101,7 @@ def stored_images(info):
     `decode` uses it to choose its path once, when the split is built,
     instead of per image: a `tf.cond` costs a little per image, and its
     branches are instantiated again in every epoch, which a short epoch
-    feels. `pipeline._batch_decoder` uses it to decide whether whole blocks
+    feels. `blocks.raw_layout` uses it to decide whether whole blocks
     of a split decode at once.
     """
     sizes = info.get("image_sizes") or {}

@@ -1,371 +1,37 @@
 """The tf.data read path: shards -> examples -> decoded inputs -> batches.
 
+`build` makes a `read_plan.ReadPlan`, every decision of the read path made
+once, and runs the stages it describes, each a small function here:
+records -> decoded examples -> cache -> shuffle -> augment -> batch ->
+batch augment -> finish -> service -> options and prefetch. The shard
+files are read in `shard_reader`, one example is decoded in `decoding`,
+and the block path (same-size raw pixels, nothing per example) decodes
+and batches whole blocks in `blocks`.
+
 Everything here is graph code: no Python runs per example.
 """
 
-import dataclasses
 import functools
-import os
 
 import tensorflow as tf
 
-from keras_datum import cache
-from keras_datum import datum_format
+from keras_datum import blocks
+from keras_datum import decoding
 from keras_datum import images
 from keras_datum import memory
-from keras_datum import problems
 from keras_datum import read_guard
-from keras_datum import storage
-from keras_datum import store
-from keras_datum.problems import labels
+from keras_datum import read_plan
+from keras_datum import shard_reader
 
 AUTOTUNE = tf.data.AUTOTUNE
-# Encoded examples held for shuffling. With the write-time shuffle and the
-# interleave of several shards, a few thousand already mixes the classes well.
-DEFAULT_SHUFFLE_BUFFER = 2048
-MAX_INTERLEAVE = 16
-# Records read and counted at a time (see `_shard_blocks`): at most this
-# many, and about `BLOCK_BYTES` of them, so that the blocks in flight (a few
-# per shard being interleaved) stay small whatever the records hold.
-COUNT_BLOCK = 256
-BLOCK_BYTES = 512 * 1024
-_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}
 
-
-def parse_spec(features):
-    """The `tf.io.parse_single_example` spec for the metadata's feature spec.
-
-    The source file name is stored for reports and debugging, not read back:
-    parsing it for every example would be work thrown away.
-    """
-    spec = {}
-    for name, feature in features.items():
-        if name in cache.SOURCE_FEATURES:
-            continue
-        dtype = _DTYPES[feature["dtype"]]
-        if feature["shape"] is None:
-            spec[name] = tf.io.VarLenFeature(dtype)
-        else:
-            spec[name] = tf.io.FixedLenFeature(feature["shape"], dtype)
-    return spec
-
-
-def decode_example(serialized, meta, options):
-    """One serialized example -> the problem's KerasCV dict."""
-    if meta.in_place:  # A datum export.
-        parsed = datum_format.parse_example(serialized, meta.json)
-        return problems.get(meta.problem).decode(parsed, meta.json, options)
-    parsed = tf.io.parse_single_example(serialized, parse_spec(meta.features))
-    parsed = {
-        k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
-        for k, v in parsed.items()
-    }
-    return problems.get(meta.problem).decode(parsed, meta.json, options)
-
-
-# Serialized examples parsed and decoded together on the batch fast path.
-DECODE_BATCH = 256
-# Cached examples whose blocks are shuffled at once on the batch fast path
-# (all of a smaller split). More would delay the first batch of the first
-# epoch, which waits for the buffer to fill.
-MAX_SHUFFLED_EXAMPLES = 16384
-
-
-def _unchanged(inputs):
-    return inputs
-
-
-def _batch_decoder(meta, split, options):
-    """A whole-batch decoder for splits of same-size raw-pixel images, or None.
-
-    When every image of a classification split has raw pixels (small
-    lossless images, see `encode.RAW_MAX_PIXELS`) of one size and one
-    channel count, each block of serialized examples is parsed with one
-    `parse_example` and its pixels with one `decode_raw`: the per-example
-    parsing and decoding, most of the cost of tiny images, is gone. Pixels
-    that need no resize stay uint8 until the pipeline's per-batch cast; what
-    comes out of the pipeline is exactly what the per-example path gives.
-    """
-    stored = images.stored_images(meta.splits[split].stats)
-    want = images.CHANNELS[options.color_mode]
-    if (
-        stored is None
-        or meta.problem != problems.classification.NAME
-        or meta.label_spec["type"] not in ("class", "regression", "none")
-        # Binary labels are reshaped per example.
-        or options.label_mode == "binary"
-        or stored["raw"] != "all"
-        or len(stored["raw_channels"]) != 1
-        or (stored["raw_channels"][0] == 3 and want == 1)  # libpng's gray conversion: per image.
-        or stored["min_height"] != stored["max_height"]
-        or stored["min_width"] != stored["max_width"]
-    ):
-        return None
-    height, width = stored["max_height"], stored["max_width"]
-    raw_channels = stored["raw_channels"][0]
-    if (height, width) != tuple(options.image_size) and (
-        options.crop_to_aspect_ratio or options.pad_to_aspect_ratio
-    ):
-        return None
-    spec = parse_spec(meta.features)
-    spec.pop("image")  # The encoded copy is not needed.
-    def decode_batch(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        pixels = tf.io.decode_raw(parsed.pop("image/pixels"), tf.uint8)
-        batch = images.expand_channels(tf.reshape(pixels, [-1, height, width, raw_channels]), want)
-        if (height, width) != tuple(options.image_size):
-            batch = tf.image.resize(batch, options.image_size, method=options.interpolation)
-        # Pixels that were not resized stay uint8: the cache keeps them as
-        # they are, and the cast to float32 happens once per batch.
-        batch.set_shape((None, *options.image_size, want))
-        # Integer, one-hot and regression labels are element-wise: the
-        # problem's own labelling works on the whole batch.
-        return labels.with_labels({"images": batch}, parsed, meta.json, options)
-
-    def apply(blocks, deterministic, then=_unchanged):
-        """Blocks of serialized examples -> blocks of decoded examples.
-
-        `then` (element-wise, such as the cast to uint8) runs per block too,
-        so no per-example step is left."""
-        return blocks.map(
-            lambda s: then(decode_batch(s)),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        )
-
-    return apply
-
-
-def _shards(meta, cache_dir, split):
-    shards = meta.splits[split].filled_shards
-    return [os.path.join(cache_dir, s.file) for s in shards], [s.num_examples for s in shards]
-
-
-def shard_paths(meta, cache_dir, split):
-    return _shards(meta, cache_dir, split)[0]
-
-
-def _block_records(paths, counts):
-    """Records per block: `BLOCK_BYTES` worth, judged from the first shard."""
-    try:
-        record_bytes = max(1, storage.getsize(paths[0]) // max(1, counts[0]))
-    except (IndexError, OSError):  # No shard, or a missing one: reading says so.
-        return COUNT_BLOCK
-    return max(1, min(COUNT_BLOCK, BLOCK_BYTES // record_bytes))
-
-
-def _literal_pattern(path):
-    """`path` (a string tensor) as a `tf.io.matching_files` pattern that
-    matches only itself (see `storage.glob_escape`)."""
-    return tf.strings.regex_replace(path, storage.GLOB_SPECIAL, r"\\\1")
-
-
-def _shard_blocks(path, expected, index, block):
-    """One shard's records in blocks of `block`, then an end marker.
-
-    Only native dataset ops here: this runs once per shard, and a function
-    nested in it (a `map` or `scan`) would be instantiated for every shard,
-    which costs more than reading a small shard. The counting happens once
-    per split, in `_checked`.
-
-    A damaged record ends the shard early (`ignore_errors`), and the count
-    is checked against the metadata when the end marker passes: TensorFlow's
-    own error for a bad record ("corrupted record at 1234") does not say
-    which file, and a truncated file raises nothing at all.
-    """
-    # `ignore_errors` would retry a missing file forever, so a missing shard
-    # is caught first, with its own message.
-    present = tf.debugging.Assert(
-        tf.equal(tf.size(tf.io.matching_files(_literal_pattern(path))), 1),
-        [tf.strings.join(["Shard ", path, " is missing. Run `keras-datum verify`."])],
-    )
-    with tf.control_dependencies([present]):
-        path = tf.identity(path)
-    blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(block)
-    blocks = tf.data.Dataset.zip((blocks, tf.data.Dataset.from_tensors((index, False)).repeat()))
-    end = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), (index, True)))
-    return blocks.concatenate(end)
-
-
-def _checked(blocks, paths, counts):
-    """`_shard_blocks`' output, counted per shard; a shard that ends short, or
-    goes past its count (checked on the block that does, before its records
-    reach the split's count check, which names no file), raises
-    `InvalidArgumentError` with its path and what to run.
-
-    Each block comes with its shard's index and the index of its first
-    record in the shard: where each record comes from, for `read_guard.naming_decode`."""
-    paths = tf.constant(paths, tf.string)
-    counts = tf.constant(counts, tf.int64)
-
-    def count(seen, element):
-        block, (index, is_end) = element
-        seen = tf.tensor_scatter_nd_add(
-            seen, [[index]], [tf.size(block, out_type=tf.int64)]
-        )
-        message = tf.strings.join(
-            [
-                "Shard ", paths[index], " is damaged: it yielded ",
-                tf.strings.as_string(seen[index]), " of its ",
-                tf.strings.as_string(counts[index]), (" records. Run "
-                "`keras-datum verify` on the cache, then export again."),
-            ]
-        )
-        ok = (tf.logical_not(is_end) | tf.equal(seen[index], counts[index])) & (
-            seen[index] <= counts[index]
-        )
-        start = seen[index] - tf.size(block, out_type=tf.int64)
-        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-            return seen, (tf.identity(block), index, start)  # An end marker's block is empty.
-
-    # Built inside a function: a `scan` made at the top adds its function
-    # to the global graph, where it stays for good (about 1 MB for each
-    # pipeline built: a KerasTuner search builds one per trial).
-    return tf.data.Dataset.from_tensors(0).flat_map(
-        lambda _: blocks.scan(tf.zeros_like(counts), count)
-    )
-
-
-def _guarded(files, guard):
-    """Checks, as each shard file is opened, that the cache is still the
-    export this pipeline was built on: another dataset sharing the cache
-    folder may have exported another carve over it since, and its shards
-    would be read as this one's (its validation images as training ones).
-    `guard` is `(metadata path, export key)`, or `None` for no check."""
-    if guard is None:
-        return files
-    metadata_path, key = guard
-    message = store.stale_cache_message(os.path.dirname(metadata_path))
-
-    def check(path, count, index):
-        # Missing for a moment while another export commits (two renames):
-        # not checked then.
-        same = tf.cond(
-            tf.size(tf.io.matching_files(_literal_pattern(metadata_path))) > 0,
-            lambda: tf.equal(store.export_key(tf.io.read_file(metadata_path)), key),
-            lambda: tf.constant(True),
-        )
-        with tf.control_dependencies([tf.debugging.Assert(same, [message])]):
-            return tf.identity(path), count, index
-
-    return files.map(check)
-
-
-def _serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block, guard=None,
-                       places=False):
-    """The split's serialized examples in blocks (1-D string tensors): shard
-    files interleaved in parallel, a block at a time, every shard's length
-    checked (and the cache's identity, with `guard`: see `_guarded`). Empty
-    blocks can occur. With `places`, each block comes as `(records, shard
-    index, index of each record in its shard)`."""
-    if not paths:
-        # An empty split (a validation split that rounds to no file): no
-        # blocks, but of the usual structure, so the rest builds as usual.
-        empty = tf.data.TFRecordDataset(tf.constant([], tf.string)).batch(block)
-        if places:
-            empty = empty.map(lambda b: (b, tf.zeros_like(b, tf.int64), tf.zeros_like(b, tf.int64)))
-        return empty
-    indices = tf.range(len(paths), dtype=tf.int64)
-    files = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(paths, dtype=tf.string), tf.constant(counts, dtype=tf.int64), indices)
-    )
-    if shuffle_files and len(paths) > 1:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    files = _guarded(files, guard)
-    cycle_length = max(1, min(len(paths), MAX_INTERLEAVE))
-    blocks = files.interleave(
-        lambda path, count, index: _shard_blocks(path, count, index, block),
-        cycle_length=cycle_length,
-        num_parallel_calls=AUTOTUNE,
-        deterministic=deterministic,
-    )
-    checked = _checked(blocks, paths, counts)
-    if places:
-        return checked.map(
-            lambda records, index, start: (
-                records,
-                tf.fill(tf.shape(records), index),
-                start + tf.range(tf.size(records, out_type=tf.int64)),
-            )
-        )
-    return checked.map(lambda records, index, start: records)
-
-
-def file_names(meta, cache_dir, split, guard=None):
-    """Each example's `source/filename` (as the export wrote it, relative to
-    the source), in the order an unshuffled read of `split` yields it: the
-    same blocks of the same shards, interleaved the same way."""
-    paths, counts = _shards(meta, cache_dir, split)
-    blocks = _serialized_blocks(
-        paths, counts, False, None, True, _block_records(paths, counts), guard
-    )
-    spec = {"source/filename": tf.io.FixedLenFeature([], tf.string)}
-    names = blocks.map(lambda block: tf.io.parse_example(block, spec)["source/filename"])
-    return [
-        name.decode("utf-8", "surrogateescape")
-        for block in names.as_numpy_iterator()
-        for name in block
-    ]
-
-
-def _serialized(
-    paths, counts, num_examples, shuffle_files, seed, deterministic, whole, block, guard,
-    places=False,
-):
-    """The split's serialized examples, one at a time (see `_serialized_blocks`;
-    with `places`, each as `(record, shard index, index in the shard)`).
-
-    `whole` is False when each reader sees only part of the split (tf.data
-    service workers), so the split's count cannot be asserted.
-    """
-    dataset = _serialized_blocks(
-        paths, counts, shuffle_files, seed, deterministic, block, guard, places
-    ).unbatch()
-    if not whole:
-        return dataset
-    return _with_count(dataset, num_examples)
-
-
-def _with_count(dataset, num_examples):
-    # The metadata knows the exact count: Keras then shows epoch progress,
-    # and a shard that lost records fails loudly instead of shrinking an epoch.
-    return dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
-
-
-_PIXEL_KEYS = ("images", "segmentation_masks")
-
-
-# Resize methods whose output stays within its input's range (weighted
-# averages with non-negative weights): their pixels need no clipping to fit
-# uint8 again.
-_CONVEX_INTERPOLATIONS = ("bilinear", "nearest", "area")
-
-
-def _pixels_as(dtype, interpolation=None):
-    """Casts the pixels of an element to `dtype` (uint8: rounded, and clipped
-    unless `interpolation` cannot leave [0, 255]); pixels already in `dtype`
-    are left alone."""
-
-    def cast(inputs):
-        inputs = dict(inputs)
-        for key in _PIXEL_KEYS:
-            if key in inputs and inputs[key].dtype != dtype:
-                value = inputs[key]
-                if dtype == tf.uint8:
-                    inputs[key] = _rounded_uint8(value, interpolation)
-                else:
-                    inputs[key] = tf.cast(value, dtype)
-        return inputs
-
-    return cast
-
-
-def _rounded_uint8(value, interpolation=None):
-    """Float pixels as uint8: rounded, and clipped to [0, 255] unless they
-    come straight from a resize by `interpolation` that cannot leave it."""
-    if interpolation not in _CONVEX_INTERPOLATIONS:
-        value = tf.clip_by_value(value, 0.0, 255.0)
-    return tf.cast(tf.round(value), tf.uint8)
+# Moved to `read_plan`, `decoding` and `shard_reader`; their callers know
+# them here.
+DEFAULT_SHUFFLE_BUFFER = read_plan.DEFAULT_SHUFFLE_BUFFER
+parse_spec = decoding.parse_spec
+decode_example = decoding.decode_example
+file_names = shard_reader.file_names
+shard_paths = shard_reader.shard_paths
 
 
 def decoded_bytes(meta, split, options):
@@ -395,149 +61,133 @@ def decoded_cache(runtime, meta, split, options):
     return decoded_bytes(meta, split, options) <= budget, budget
 
 
-def _examples(
-    paths, counts, meta, options, *, batch_decoder, cache, shuffle, repeat, seed,
-    deterministic, buffer, shuffle_files, whole, shard_by_example, block, guard,
-    on_invalid="raise", split="train", service=False,
-):
-    """The split's decoded examples, one at a time: shuffled, repeated and
-    cached as asked (see `build`). `shard_by_example` is `(index, count)`
-    when this worker takes every `count`-th example, else `None`."""
-    num_examples = sum(counts)
-    # Whole-batch decoding takes the reader's blocks as they come, unless
-    # serialized records are shuffled before decoding (no cache). Sharing
-    # by example needs the same record order on every worker.
-    from_blocks = batch_decoder is not None and (cache or not shuffle) and shard_by_example is None
-    if from_blocks:
-        dataset = _serialized_blocks(paths, counts, False, seed, deterministic, block, guard)
-    else:
-        dataset = _serialized(
-            paths, counts, num_examples, shuffle_files, seed,
-            deterministic or shard_by_example is not None, whole, block, guard,
-            # Naming a failing example (on_invalid="raise") needs its place.
-            places=batch_decoder is None and on_invalid == "raise",
+def _records(plan):
+    """The reader's serialized examples (see `shard_reader`): in the
+    reader's blocks when whole blocks decode from them as they come
+    (`plan.from_blocks`), else one at a time (with their places, to name a
+    failing one); then this reader's share when shared by example."""
+    if plan.from_blocks:
+        dataset = shard_reader.serialized_blocks(
+            plan.paths, plan.counts, False, plan.seed, plan.ordered_reads, plan.block, plan.guard
         )
-    if shard_by_example is not None:
-        dataset = dataset.shard(shard_by_example[1], shard_by_example[0])
+    else:
+        dataset = shard_reader.serialized(
+            plan.paths, plan.counts, plan.num_examples, plan.shuffle_files, plan.seed,
+            plan.ordered_reads, plan.whole, plan.block, plan.guard, places=plan.places,
+        )
+    if plan.sharding == read_plan.SHARD_BY_EXAMPLE:
+        index, count = plan.shard_subset
+        dataset = dataset.shard(count, index)
+    return dataset
 
-    def decoded(dataset, then=_unchanged, finite=True):
-        """Serialized examples -> decoded dicts, with `then` applied (fused).
 
-        Whole-batch decoding unbatches, which forgets the count: it is
-        asserted again when this reader sees the whole split, once."""
-        if batch_decoder is not None:
-            dataset = batch_decoder(
-                dataset if from_blocks else dataset.batch(DECODE_BATCH), deterministic, then
-            ).unbatch()
-            if whole and shard_by_example is None and finite:
-                dataset = _with_count(dataset, num_examples)
-            return dataset
-        decode = lambda s: then(decode_example(s, meta, options))
-        if meta.in_place:
-            dataset = read_guard.labels_checked(dataset, meta.json)
-        if on_invalid == "raise":
-            def guard(examples, number, quiet=False):
-                return read_guard.naming_decode(examples, decode, paths, split)
-        else:
-            def guard(examples, number, quiet=False):
-                return read_guard.skipping_decode(examples, decode, split, service, quiet, number)
+def _decoded(dataset, plan, then=decoding.unchanged, finite=True):
+    """Serialized examples -> decoded dicts, with `then` applied (fused).
 
-        def guarded(quiet=False):
-            return read_guard.in_blocks(dataset, functools.partial(guard, quiet=quiet))
-        # The guard drops failing examples, so tf.data no longer knows the
-        # count: it is asserted again, as the stream before the guard had it.
-        count = tf.get_static_value(dataset.cardinality())
-        if count is None or count == tf.data.UNKNOWN_CARDINALITY:
-            return guarded()
-        if count == tf.data.INFINITE_CARDINALITY or on_invalid == "raise":
-            return _with_count(guarded(), count)
-        # The epoch keeps its length (Keras's steps, `len()`): the places of
-        # skipped examples go to the first examples of a second, quiet pass,
-        # which is only read when an example was skipped.
-        passes = tf.data.Dataset.range(2).flat_map(lambda second: guarded(quiet=second > 0))
-        return _with_count(passes.take(count), count)
+    Whole-batch decoding unbatches, which forgets the count: it is
+    asserted again when this reader sees the whole split, once."""
+    if plan.raw_layout is None:
+        return _guarded_decode(dataset, plan, then)
+    decode = blocks.batch_decoder(plan.meta, plan.options, plan.raw_layout)
+    if not plan.from_blocks:
+        dataset = dataset.batch(blocks.DECODE_BATCH)
+    dataset = decode(dataset, plan.deterministic, then).unbatch()
+    if plan.whole and finite:
+        dataset = shard_reader.with_count(dataset, plan.num_examples)
+    return dataset
 
-    if cache:
+
+def _guarded_decode(dataset, plan, then):
+    """Serialized examples decoded one at a time, with `then` applied, each
+    decode guarded (see `read_guard`): a failing example raises naming it,
+    or with `on_invalid="skip"` is skipped and reported."""
+    meta, options, split = plan.meta, plan.options, plan.split
+    decode = lambda s: then(decoding.decode_example(s, meta, options))
+    if meta.in_place:
+        dataset = read_guard.labels_checked(dataset, meta.json)
+    if plan.on_invalid == "raise":
+        def guard(examples, number, quiet=False):
+            return read_guard.naming_decode(examples, decode, plan.paths, split)
+    else:
+        service = bool(plan.data_service)
+
+        def guard(examples, number, quiet=False):
+            return read_guard.skipping_decode(examples, decode, split, service, quiet, number)
+
+    def guarded(quiet=False):
+        return read_guard.in_blocks(dataset, functools.partial(guard, quiet=quiet))
+    # The guard drops failing examples, so tf.data no longer knows the
+    # count: it is asserted again, as the stream before the guard had it.
+    count = tf.get_static_value(dataset.cardinality())
+    if count is None or count == tf.data.UNKNOWN_CARDINALITY:
+        return guarded()
+    if count == tf.data.INFINITE_CARDINALITY or plan.on_invalid == "raise":
+        return shard_reader.with_count(guarded(), count)
+    # The epoch keeps its length (Keras's steps, `len()`): the places of
+    # skipped examples go to the first examples of a second, quiet pass,
+    # which is only read when an example was skipped.
+    passes = tf.data.Dataset.range(2).flat_map(lambda second: guarded(quiet=second > 0))
+    return shard_reader.with_count(passes.take(count), count)
+
+
+def _cached_pixels(plan):
+    """The cast of decoded pixels to the uint8 that the cache keeps."""
+    return decoding.pixels_as(tf.uint8, plan.options.interpolation)
+
+
+def _shuffled(dataset, plan):
+    """Examples shuffled and repeated, as the plan says."""
+    if plan.shuffle:
+        dataset = dataset.shuffle(plan.buffer, seed=plan.seed, reshuffle_each_iteration=True)
+    if plan.repeat:
+        dataset = dataset.repeat()
+    return dataset
+
+
+def _examples(plan):
+    """The per-example path up to the batches: the split's decoded
+    examples, one at a time, cached, shuffled and repeated as planned."""
+    dataset = _records(plan)
+    if plan.cache:
         # Decode once, keep uint8 pixels at the target size in memory, and
         # shuffle the decoded elements: later epochs decode nothing. The
         # cast back to float32 waits for the batch when nothing per example
         # needs floats, so a cached epoch costs a few operations per batch.
-        dataset = decoded(dataset, then=_pixels_as(tf.uint8, options.interpolation)).cache()
-    if shuffle:
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    if not cache:
-        dataset = decoded(dataset, finite=not repeat)
+        dataset = _decoded(dataset, plan, then=_cached_pixels(plan)).cache()
+    dataset = _shuffled(dataset, plan)
+    if not plan.cache:
+        # Serialized records are shuffled: decoded after.
+        dataset = _decoded(dataset, plan, finite=not plan.repeat)
     return dataset
 
 
-def _block_batches(
-    blocks, batch_size, shuffle, repeat, seed, deterministic, window, block, max_blocks,
-    num_examples, then=None, ahead=False,
-):
-    """Blocks of decoded examples -> batches, with no step per example.
-
-    Shuffling is in two stages: the blocks' order (all of them when
-    `max_blocks` is given, as for a cached split; else about a window's
-    worth), then a random permutation of each window of `window`
-    consecutive examples. A batch therefore mixes examples from several
-    blocks, as a shuffle buffer of `window` examples would. `then`
-    (element-wise) runs on each window, or each block when nothing is
-    shuffled, before the cut into batches. With `ahead`, the next window is
-    made while the current one is cut (one more window in memory).
-    """
-    if shuffle:
-        blocks = blocks.shuffle(
-            max_blocks or max(1, window // block), seed=seed, reshuffle_each_iteration=True
-        )
-        windows = tf.data.Dataset.zip(
-            (
-                blocks.rebatch(window),
-                tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True),
-            )
-        )
-
-        def permute(inputs, draw):
-            size = tf.shape(tf.nest.flatten(inputs)[0])[0]
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(size), seed=tf.stack([draw, tf.constant(0, tf.int64)])
-            )
-            permuted = tf.nest.map_structure(lambda t: tf.gather(t, order), inputs)
-            return permuted if then is None else then(permuted)
-
-        # One window at a time: a permutation is a quick gather, and windows
-        # permuted ahead in parallel would each hold a window's memory. But
-        # the next window is made while this one is cut into batches (when
-        # windows are small, `ahead`): made on demand, it stalls the batches
-        # behind it for a whole window's work, longer than the prefetched
-        # batches last (+10% on later cached tiny-image epochs, paired A/B).
-        blocks = windows.map(permute)
-        if ahead:
-            blocks = blocks.prefetch(1)
-    elif then is not None:
-        blocks = blocks.map(then)
-    if repeat:
-        blocks = blocks.repeat()
-    batches = blocks.rebatch(batch_size)
-    if num_examples is not None and not repeat:
-        batches = batches.apply(
-            tf.data.experimental.assert_cardinality(-(-num_examples // batch_size))
-        )
-    return batches
-
-
-# Float pixels of a window (the shuffle buffer) at most this big get the
-# pipeline's last step before the cut into batches (see `build`).
-EARLY_FINISH_BYTES = 64 * 1024 * 1024
-
-
-def _float_bytes(dataset, count):
-    """Bytes of `count` examples of `dataset`'s (batched) pixels as float32."""
-    spec = dataset.element_spec.get("images")
-    if spec is None or not spec.shape[1:].is_fully_defined():
-        return float("inf")
-    return 4 * count * spec.shape[1:].num_elements()
+def _block_path(plan):
+    """The block path up to the batches: blocks of records are decoded,
+    cached, shuffled and cut into batches as blocks, with nothing per
+    example (see `blocks.block_batches`). Returns the batches and the
+    decoded labels' spec."""
+    records = shard_reader.serialized_blocks(
+        plan.paths, plan.counts, plan.shuffle_files, plan.seed, plan.ordered_reads, plan.block,
+        plan.guard,
+    )
+    decode = blocks.batch_decoder(plan.meta, plan.options, plan.raw_layout)
+    decoded = decode(
+        records, plan.deterministic, _cached_pixels(plan) if plan.cache else decoding.unchanged
+    )
+    if plan.cache:
+        decoded = decoded.cache()
+    labels_spec = decoded.element_spec.get("labels")
+    batches = blocks.block_batches(
+        decoded, plan.batch_size, plan.shuffle, plan.repeat, plan.seed, plan.deterministic,
+        plan.buffer, plan.block,
+        max_blocks=plan.max_blocks,
+        num_examples=plan.num_examples if plan.whole else None,
+        # The last step runs on whole windows when nothing works on batches
+        # and a window's float pixels stay small: one step per batch fewer.
+        then=_finisher(plan, labels_spec) if plan.early_finish else None,
+        ahead=plan.windows_ahead,
+    )
+    return batches, labels_spec
 
 
 def _int_labels(labels_spec):
@@ -545,16 +195,70 @@ def _int_labels(labels_spec):
     return labels_spec is not None and labels_spec.dtype.is_integer
 
 
-def _finisher(image_dtype, problem, labels_spec, resized_by=None):
-    """The pipeline's last step, on examples or batches of them: images in
-    `image_dtype` (cached ones are uint8), labels back in `labels_spec`'s
-    dtype, as read (augmentation takes them as float32), then the problem's
-    `(x, y)`. Images leaving as uint8 are rounded, and clipped unless
-    `resized_by` (the interpolation, when nothing ran after the resize)
-    cannot have left [0, 255]; uint8 images pass untouched."""
+def _reseed(plan):
+    """With a seed, the augmentations restart their random generators, so
+    that the augmented stream repeats exactly."""
+    for augmentation in (plan.augment, plan.batch_augment):
+        if augmentation is not None and plan.seed is not None:
+            augmentation.reseed(plan.seed)
+
+
+def _augmented(dataset, plan, augmentation, labels_spec, then=None):
+    """`augmentation` (none when None) on what the layers take: float32
+    pixels (cached ones are uint8) and float32 labels. KerasCV layers mix
+    float and integer labels across their branches (RandAugment fails on
+    int32); class indices survive the round trip exactly. `then(outputs,
+    options)` puts the result back in the problem's form (boxes to
+    `max_boxes`)."""
+    if augmentation is None:
+        return dataset
     int_labels = _int_labels(labels_spec)
-    to_float = _pixels_as(tf.float32)
-    image_dtype = tf.as_dtype(image_dtype)
+    to_float = decoding.pixels_as(tf.float32)
+    options = plan.options
+
+    def apply(inputs):
+        inputs = to_float(inputs)
+        if int_labels:
+            inputs["labels"] = tf.cast(inputs["labels"], tf.float32)
+        outputs = augmentation(inputs)
+        return outputs if then is None else then(outputs, options)
+
+    return dataset.map(apply, num_parallel_calls=plan.augment_calls)
+
+
+def _batched(dataset, plan):
+    """Examples -> batches: the problem's own batching (with its count when
+    known), or plain batches; the block path's are made already."""
+    problem = plan.problem
+    if problem.batches_itself:
+        dataset = problem.batch(dataset, plan.batch_size, plan.options)
+        count = (
+            problem.batch_count(plan.paths, plan.batch_size, plan.options)
+            # An augment step may change what the batches are made by.
+            if plan.count_batches
+            else None
+        )
+        if count is not None:
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    elif plan.batch_size is not None and not plan.block_path:
+        dataset = dataset.batch(
+            plan.batch_size, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic
+        )
+    return dataset
+
+
+def _finisher(plan, labels_spec):
+    """The pipeline's last step, on examples or batches of them: images in
+    the plan's `image_dtype` (cached ones are uint8), labels back in
+    `labels_spec`'s dtype, as read (augmentation takes them as float32),
+    then the problem's `(x, y)`. Images leaving as uint8 are rounded, and
+    clipped unless `plan.resized_by` (the interpolation, when nothing ran
+    after the resize) cannot have left [0, 255]; uint8 images pass
+    untouched."""
+    int_labels = _int_labels(labels_spec)
+    to_float = decoding.pixels_as(tf.float32)
+    image_dtype = tf.as_dtype(plan.image_dtype)
+    problem, resized_by = plan.problem, plan.resized_by
 
     def finish(inputs):
         inputs = dict(inputs)
@@ -564,13 +268,69 @@ def _finisher(image_dtype, problem, labels_spec, resized_by=None):
             if image_dtype != tf.uint8:
                 images = tf.cast(images, image_dtype)
             elif images.dtype != tf.uint8:
-                images = _rounded_uint8(images, resized_by)
+                images = decoding.rounded_uint8(images, resized_by)
             inputs["images"] = images
         if int_labels:
             inputs["labels"] = tf.cast(inputs["labels"], labels_spec.dtype)
         return problem.to_keras(inputs)
 
     return finish
+
+
+def _finished(dataset, plan, labels_spec):
+    """The last step (see `_finisher`), unless the block path ran it on its
+    windows. Batches of small raw-pixel images cast in a moment: one at a
+    time, ahead of the consumer (the prefetch), holds fewer in memory."""
+    if plan.early_finish:
+        return dataset
+    return dataset.map(_finisher(plan, labels_spec), num_parallel_calls=plan.finish_calls)
+
+
+def _served(dataset, plan):
+    """Everything so far on tf.data service workers, with a data service."""
+    if not plan.data_service:
+        return dataset
+    # DYNAMIC sharding hands each shard file to one worker per epoch, so
+    # every example is produced exactly once per epoch (at most once if a
+    # worker dies mid-epoch).
+    return dataset.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+            service=plan.data_service,
+        )
+    )
+
+
+def _with_options(dataset, plan):
+    """The dataset's `tf.data.Options`, then the prefetch."""
+    options = tf.data.Options()
+    # tf.data's default graph rewrites run at every iterator creation, that
+    # is every epoch, and cost more than they save here: the parallelism and
+    # the prefetching above are placed by hand (measured with
+    # benchmarks/run.py: about 20 ms less per epoch, up to 12% on a small
+    # split's first epoch).
+    options.experimental_optimization.apply_default_optimizations = False
+    if plan.shard_policy is not None:
+        options.experimental_distribute.auto_shard_policy = plan.shard_policy
+    return dataset.with_options(options).prefetch(AUTOTUNE)
+
+
+def from_plan(plan):
+    """The `tf.data.Dataset` that a `read_plan.ReadPlan` describes."""
+    if plan.block_path:
+        dataset, labels_spec = _block_path(plan)
+    else:
+        dataset = _examples(plan)
+        labels_spec = dataset.element_spec.get("labels")
+    _reseed(plan)
+    dataset = _augmented(dataset, plan, plan.augment, labels_spec)
+    dataset = _batched(dataset, plan)
+    dataset = _augmented(
+        dataset, plan, plan.batch_augment, labels_spec, then=plan.problem.after_batch_augment
+    )
+    dataset = _finished(dataset, plan, labels_spec)
+    dataset = _served(dataset, plan)
+    return _with_options(dataset, plan)
 
 
 def build(
@@ -606,150 +366,19 @@ def build(
     `shard_subset=(index, count)` this pipeline reads only every `count`-th
     shard file from the `index`-th: one worker's share of the split (every
     `count`-th example when there are fewer files than workers). With
-    `guard` (see `_guarded`), a cache exported over since is refused.
-    An example that fails to decode raises naming it, or with
+    `guard` (see `shard_reader._guarded`), a cache exported over since is
+    refused. An example that fails to decode raises naming it, or with
     `on_invalid="skip"` is skipped and reported (see `read_guard`).
+
+    What each of these means for the pipeline is decided once, in a
+    `read_plan.ReadPlan`; `from_plan` builds it.
     """
-    if data_service:
-        # Each worker gets other shards in every epoch: a worker-side cache
-        # would hold the wrong examples.
-        cache = False
-    paths, counts = _shards(meta, cache_dir, split)
-    # The split's export stats let the image decoder choose its path once.
-    options = dataclasses.replace(
-        options, stored_images=images.stored_images(meta.splits[split].stats)
+    plan = read_plan.ReadPlan.make(
+        meta, cache_dir, split, options,
+        batch_size=batch_size, shuffle=shuffle, repeat=repeat, seed=seed,
+        shuffle_buffer_size=shuffle_buffer_size, augment=augment, batch_augment=batch_augment,
+        image_dtype=image_dtype, shard_policy=shard_policy, cache=cache,
+        data_service=data_service, shard_subset=shard_subset, guard=guard,
+        on_invalid=on_invalid,
     )
-    # Each input pipeline (worker) reads its own files; a split with fewer
-    # files than workers (fewer examples than workers) is shared by example.
-    by_example = shard_subset is not None and len(paths) < shard_subset[1]
-    if shard_subset is not None and not by_example:
-        index, count = shard_subset
-        paths, counts = paths[index::count], counts[index::count]
-    deterministic = not shuffle or seed is not None
-    num_examples = sum(counts)
-    buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
-    whole = not data_service and not by_example
-    shuffle_files = shuffle and not cache and not by_example
-    batch_decoder = _batch_decoder(meta, split, options)
-    problem = problems.get(meta.problem)
-    block = _block_records(paths, counts)
-    if (
-        batch_decoder is not None
-        and augment is None
-        and batch_size is not None
-        and not by_example
-        and not problem.batches_itself
-    ):
-        # Nothing happens per example: blocks of records are decoded,
-        # cached, shuffled and cut into batches as blocks.
-        blocks = _serialized_blocks(
-            paths, counts, shuffle_files, seed, deterministic, block, guard
-        )
-        to_uint8 = _pixels_as(tf.uint8, options.interpolation) if cache else _unchanged
-        blocks = batch_decoder(blocks, deterministic, to_uint8)
-        if cache:
-            blocks = blocks.cache()
-        # The last step runs on whole windows when nothing works on batches
-        # and a window's float pixels stay small: one step per batch fewer.
-        # Windows that small are also made one ahead.
-        small_windows = _float_bytes(blocks, buffer) <= EARLY_FINISH_BYTES
-        early = batch_augment is None and small_windows
-        labels_spec = blocks.element_spec.get("labels")
-        dataset = _block_batches(
-            blocks, batch_size, shuffle, repeat, seed, deterministic, buffer, block,
-            # Cached blocks are references: many can take part in the
-            # shuffle (decoded blocks read anew are bounded by `buffer`).
-            max_blocks=len(paths) + min(num_examples, MAX_SHUFFLED_EXAMPLES) // block
-            if cache
-            else None,
-            num_examples=num_examples if whole else None,
-            then=_finisher(image_dtype, problem, labels_spec, options.interpolation)
-            if early
-            else None,
-            ahead=small_windows,
-        )
-        batched = True
-    else:
-        dataset = _examples(
-            paths, counts, meta, options, batch_decoder=batch_decoder, cache=cache,
-            shuffle=shuffle, repeat=repeat, seed=seed, deterministic=deterministic,
-            buffer=buffer, shuffle_files=shuffle_files, whole=whole,
-            shard_by_example=shard_subset if by_example else None, block=block, guard=guard,
-            on_invalid=on_invalid, split=split, service=bool(data_service),
-        )
-        batched = early = False
-        labels_spec = dataset.element_spec.get("labels")
-    for augmentation in (augment, batch_augment):
-        if augmentation is not None and seed is not None:
-            augmentation.reseed(seed)
-    int_labels = _int_labels(labels_spec)
-    to_float = _pixels_as(tf.float32)
-
-    def augmented(augmentation, then=None):
-        """`augmentation` on what the layers take: float32 pixels (cached ones
-        are uint8) and float32 labels. KerasCV layers mix float and integer
-        labels across their branches (RandAugment fails on int32); class
-        indices survive the round trip exactly. `then(outputs, options)`
-        puts the result back in the problem's form (boxes to `max_boxes`)."""
-        read_options = options
-
-        def apply(inputs):
-            inputs = to_float(inputs)
-            if int_labels:
-                inputs["labels"] = tf.cast(inputs["labels"], tf.float32)
-            outputs = augmentation(inputs)
-            return outputs if then is None else then(outputs, read_options)
-
-        return apply
-
-    augment_calls = AUTOTUNE if seed is None else None
-    if augment is not None:
-        dataset = dataset.map(augmented(augment), num_parallel_calls=augment_calls)
-    if problem.batches_itself:
-        dataset = problem.batch(dataset, batch_size, options)
-        count = (
-            problem.batch_count(paths, batch_size, options)
-            # An augment step may change what the batches are made by.
-            if whole and not repeat and augment is None
-            else None
-        )
-        if count is not None:
-            dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
-    elif batch_size is not None and not batched:
-        dataset = dataset.batch(
-            batch_size, num_parallel_calls=AUTOTUNE, deterministic=deterministic
-        )
-    if batch_augment is not None:
-        dataset = dataset.map(
-            augmented(batch_augment, then=problem.after_batch_augment),
-            num_parallel_calls=augment_calls,
-        )
-    if not early:
-        finish = _finisher(
-            image_dtype, problem, labels_spec,
-            # Augmentation can move pixels out of [0, 255].
-            options.interpolation if augment is None and batch_augment is None else None,
-        )
-        # Batches of small raw-pixel images cast in a moment: one at a time,
-        # ahead of the consumer (the prefetch below), holds fewer in memory.
-        dataset = dataset.map(finish, num_parallel_calls=None if batched else AUTOTUNE)
-    if data_service:
-        # DYNAMIC sharding hands each shard file to one worker per epoch, so
-        # every example is produced exactly once per epoch (at most once if a
-        # worker dies mid-epoch).
-        dataset = dataset.apply(
-            tf.data.experimental.service.distribute(
-                processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
-                service=data_service,
-            )
-        )
-    options = tf.data.Options()
-    # tf.data's default graph rewrites run at every iterator creation, that
-    # is every epoch, and cost more than they save here: the parallelism and
-    # the prefetching above are placed by hand (measured with
-    # benchmarks/run.py: about 20 ms less per epoch, up to 12% on a small
-    # split's first epoch).
-    options.experimental_optimization.apply_default_optimizations = False
-    if shard_policy is not None:
-        options.experimental_distribute.auto_shard_policy = shard_policy
-    return dataset.with_options(options).prefetch(AUTOTUNE)
+    return from_plan(plan)

@@ -270,7 +270,7 @@ def guard_of(cache_dir, meta):
     Returns:
         The read path's guard, `(metadata path, export key)`, with which it
         repeats the check as each shard file is opened (see
-        `pipeline._guarded`).
+        `shard_reader._guarded`).
 
     Raises:
         RuntimeError: the cache was exported over, or removed.

@@ -8,10 +8,12 @@ from conftest import make_class_folders
 from PIL import Image
 
 from keras_datum import DatumDataset
-from keras_datum import pipeline
+from keras_datum import blocks
+from keras_datum import read_plan
+from keras_datum import shard_reader
 from keras_datum.metadata import Metadata
 
-BATCH_DECODER = pipeline._batch_decoder
+RAW_LAYOUT = blocks.raw_layout
 
 
 def _elements(ds, **kwargs):
@@ -25,13 +27,13 @@ def _both_paths(ds, monkeypatch, **kwargs):
     used = []
 
     def spy(*args):
-        decoder = BATCH_DECODER(*args)
-        used.append(decoder is not None)
-        return decoder
+        layout = RAW_LAYOUT(*args)
+        used.append(layout is not None)
+        return layout
 
-    monkeypatch.setattr(pipeline, "_batch_decoder", spy)
+    monkeypatch.setattr(blocks, "raw_layout", spy)
     fast = _elements(ds, **kwargs)
-    monkeypatch.setattr(pipeline, "_batch_decoder", lambda *args: None)
+    monkeypatch.setattr(blocks, "raw_layout", lambda *args: None)
     slow = _elements(ds, **kwargs)
     return used, fast, slow
 
@@ -84,11 +86,11 @@ def test_mixed_sizes_or_gray_from_rgb_use_the_per_example_path(tmp_path, monkeyp
     make_class_folders(tmp_path / "src", {"b": 3}, size=(9, 8), seed=1)
     ds = DatumDataset(tmp_path / "src", image_size=(8, 8), validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
-    assert pipeline._batch_decoder(Metadata.from_json(ds.info), "train", ds.read_options) is None
+    assert blocks.raw_layout(Metadata.from_json(ds.info), "train", ds.read_options) is None
     same = make_class_folders(tmp_path / "same", {"a": 3, "b": 3}, size=(8, 8))
     gray = DatumDataset(same, image_size=(8, 8), color_mode="grayscale",
                         cache_dir=tmp_path / "cache2", verbose=False)
-    assert pipeline._batch_decoder(Metadata.from_json(gray.info), "train", gray.read_options) is None
+    assert blocks.raw_layout(Metadata.from_json(gray.info), "train", gray.read_options) is None
 
 
 def _pairs(batches):
@@ -107,13 +109,13 @@ def _examples_in_order(ds):
 
 def _block_path_spy(monkeypatch):
     used = []
-    original = pipeline._block_batches
+    original = blocks.block_batches
 
     def spy(*args, **kwargs):
         used.append(True)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "_block_batches", spy)
+    monkeypatch.setattr(blocks, "block_batches", spy)
     return used
 
 
@@ -123,8 +125,8 @@ def test_block_path_gives_every_example_once_per_epoch_shuffled(tmp_path, monkey
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, cache=cache, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
     # Small blocks and windows, so that a pass has several of each.
-    monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
-    monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
+    monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
+    monkeypatch.setattr(read_plan, "DEFAULT_SHUFFLE_BUFFER", 32)
     used = _block_path_spy(monkeypatch)
     train = ds.train(seed=5)
     assert used == [True]
@@ -170,16 +172,16 @@ def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_b
     root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25}, size=(8, 8))
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
-    monkeypatch.setattr(pipeline, "COUNT_BLOCK", 16)
-    monkeypatch.setattr(pipeline, "DEFAULT_SHUFFLE_BUFFER", 32)
-    original, early, ahead = pipeline._block_batches, [], []
+    monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
+    monkeypatch.setattr(read_plan, "DEFAULT_SHUFFLE_BUFFER", 32)
+    original, early, ahead = blocks.block_batches, [], []
 
     def spy(*args, **kwargs):
         early.append(kwargs["then"] is not None)
         ahead.append(kwargs["ahead"])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "_block_batches", spy)
+    monkeypatch.setattr(blocks, "block_batches", spy)
 
     def stream():
         train = ds.train(seed=7, shuffle=shuffle)
@@ -188,7 +190,7 @@ def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_b
         return [(np.asarray(x).tobytes(), np.asarray(y).tobytes()) for x, y in batches]
 
     on_windows = stream()
-    monkeypatch.setattr(pipeline, "EARLY_FINISH_BYTES", -1)
+    monkeypatch.setattr(read_plan, "EARLY_FINISH_BYTES", -1)
     assert stream() == on_windows
     assert early == [True, False]
     # Small windows are also made one ahead: the same batches either way.
