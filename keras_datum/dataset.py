@@ -29,15 +29,10 @@ class DatumDataset:
     process or any other, read the cache, and export again only when the
     source files or the export options change.
 
-    Supported layouts (see `docs/layouts.md`):
-
-    ```
-    class folders        split folders          Datum CSV
-    root/                root/                  root/
-      cat/ a.jpg ...       train/cat/ ...         train/  0001.jpg ...
-      dog/ b.png ...       val/cat/ ...           train.csv  (filename,label)
-                           test/cat/ ...          val/ + val.csv (optional)
-    ```
+    Supported layouts: class folders (`root/cat/a.jpg`), split folders
+    (`root/train/cat/a.jpg`, `root/val/...`), datum's CSV layout, Pascal
+    VOC, COCO and YOLO detection, segmentation masks and text; see
+    `docs/layouts.md`.
 
     Args:
         source: the source folder, or a folder written by the original
@@ -239,13 +234,9 @@ class DatumDataset:
                 `classes.txt` in the folder, else the labels are read once
                 (per process) and the classes named `"0"`, `"1"`, ...
                 (`"1"`, `"2"`, ... after datum's labels for detection).
-            **options: the reading options of `DatumDataset` (`image_size`,
-                `batch_size`, `label_mode`, `color_mode`, `interpolation`,
-                `crop_to_aspect_ratio`, `pad_to_aspect_ratio`, `seed`,
-                `shuffle`, `shuffle_buffer_size`, `problem`,
-                `bounding_box_format`, `max_boxes`, `bounding_box_class_key`,
-                `cache`, `cache_budget`, `strategy`, `mixed_precision`,
-                `image_dtype`, `verbose`), with the same defaults.
+            **options: the reading options of `DatumDataset`
+                (`config.DATUM_READ_OPTIONS`: the image, label, box, shuffle,
+                cache, device and dtype options), with the same defaults.
 
         Returns:
             A `DatumDataset` whose `train()`, `val()` and `test()` read the
