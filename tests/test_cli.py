@@ -314,6 +314,7 @@ def _write_bytes_named(folder, name, data):
     [{"PYTHONIOENCODING": "utf-8:strict"}, {"LC_ALL": "C", "LANG": "C"}],
     ids=["strict_utf8", "c_locale"],
 )
+@pytest.mark.slow
 def test_export_and_info_print_file_names_that_are_not_utf8_escaped(tmp_path, terminal):
     import numpy as np
     from conftest import random_image

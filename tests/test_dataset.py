@@ -466,6 +466,7 @@ for x, y in train.take(4):
 """
 
 
+@pytest.mark.slow
 def test_keras_set_random_seed_makes_an_unseeded_train_repeat_across_processes(tmp_path):
     """The Keras recipe for a repeatable run: with no `seed`, the read's
     shuffle, its parallel decode and the augmentation follow the global seed."""

@@ -129,6 +129,7 @@ JAX_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_fit_on_the_jax_backend(tmp_path):
     """ds.train() feeds model.fit on Keras's JAX backend (as on the GPU
     machine of benchmarks/gpu_fit.py): uint8 batches under mixed_float16 learn
