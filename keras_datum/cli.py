@@ -53,8 +53,6 @@ def _export(args):
         seed=args.seed,
         on_invalid=args.on_invalid,
         follow_links=args.follow_links,
-        # Exporting reads no labels, so any layout exports (unlabelled too).
-        label_mode=None,
         image_size=(args.image_size, args.image_size),
         max_image_side=None if side == 0 else side,
     )

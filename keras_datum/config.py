@@ -85,7 +85,9 @@ DATUM_READ_OPTIONS = (
 # one away from its default gets its own default cache folder. That includes
 # the size cap, so that a sweep over image sizes never exports over the
 # datasets it made before.
-CARVE_OPTIONS = ("validation_split", "seed", "problem", "follow_links", "max_image_side")
+CARVE_OPTIONS = (
+    "validation_split", "seed", "problem", "follow_links", "max_image_side", "unlabelled",
+)
 
 
 # --- Argument checks ("Received:" errors, as Keras's) -----------------------
@@ -211,6 +213,10 @@ class ExportOptions:
         min_image_side: the shortest the shorter side is shrunk to.
         min_shards: shard files each split has at least (one per worker).
         validation: the version of the export's validation rules.
+        unlabelled: `label_mode=None`: every file below the folder, without
+            labels, as Keras reads it (see `Problem.find_unlabelled_layout`).
+            Recorded only when true, so that the caches exported before it
+            keep their key.
     """
 
     validation_split: float = 0.2
@@ -221,10 +227,11 @@ class ExportOptions:
     min_image_side: int | None = None
     min_shards: int = 1
     validation: int = encode_lib.VALIDATION_VERSION
+    unlabelled: bool = False
 
     @classmethod
     def from_arguments(cls, image_size, validation_split, seed, follow_links, problem,
-                       max_image_side, min_shards=1):
+                       max_image_side, min_shards=1, unlabelled=False):
         """The export options of checked arguments."""
         if max_image_side == "auto":
             # Twice the target keeps enough detail for random crops and zooms
@@ -241,11 +248,15 @@ class ExportOptions:
             # side are exported again.
             min_image_side=encode_lib.min_short_side(max_image_side),
             min_shards=min_shards,
+            unlabelled=bool(unlabelled),
         )
 
     def to_json(self):
         """The dict recorded in the metadata (the export key hashes it)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.unlabelled:
+            del data["unlabelled"]
+        return data
 
     def carve_variant(self):
         """The carve options away from their defaults: they name the default
@@ -425,6 +436,7 @@ def configure(**arguments):
         image_size, a["validation_split"], a["seed"], a["follow_links"], a["problem"],
         a["max_image_side"],
         min_shards=1 if strategy == "auto" else distribute.num_workers(strategy),
+        unlabelled=a["label_mode"] is None,
     )
     read = ReadOptions(
         image_size=image_size,

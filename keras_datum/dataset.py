@@ -44,8 +44,10 @@ class DatumDataset:
             Defaults to `32`.
         label_mode: `"int"` (int32 class index), `"categorical"` (float32
             one-hot), `"binary"` (float32 of shape `(1,)`, two classes only)
-            or `None` (images only), as in Keras. A source without labels (a
-            CSV without label columns) yields images only with `"int"` too.
+            or `None` (images only: as Keras, every image below the folder,
+            loose ones too, with `class_names` None; its own cache). A source
+            without labels (a CSV without label columns) yields images only
+            with `"int"` too.
             Multi-label and regression CSV labels are float32 vectors.
             Defaults to `"int"`.
         color_mode: `"grayscale"`, `"rgb"` or `"rgba"`. Defaults to `"rgb"`.
@@ -358,8 +360,12 @@ class DatumDataset:
 
     @property
     def class_names(self):
-        """Class names, in label order (Keras's order for class folders)."""
-        return list(self._metadata().class_names)
+        """Class names, in label order (Keras's order for class folders);
+        `None` with `label_mode=None` on unlabelled files, as in Keras."""
+        meta = self._metadata()
+        if self._read.label_mode is None and meta.label_spec.get("type") == "none":
+            return None
+        return list(meta.class_names)
 
     @property
     def num_examples(self):
@@ -604,7 +610,7 @@ class DatumDataset:
             split, batch, split == "train", False, seed, augment, batch_augment, preview=True
         )
         figure = visualize.preview_figure(
-            dataset if batch is None else dataset.unbatch(), self.class_names,
+            dataset if batch is None else dataset.unbatch(), self.class_names or [],
             num_images=num_images, columns=columns,
             box_format=self._read.bounding_box_format,
         )

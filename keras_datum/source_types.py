@@ -118,7 +118,9 @@ class FolderSource:
     def _layout(self):
         """The folder's layout, with the carve asked for checked against it."""
         export = self._config.export
-        layout = problems.find_layout(self.path, export.problem, export.follow_links)
+        layout = problems.find_layout(
+            self.path, export.problem, export.follow_links, unlabelled=export.unlabelled
+        )
         if self._config.carve_asked and "val" in layout.splits:
             raise ValueError(
                 f"{self.path!r} has its own validation split, so "

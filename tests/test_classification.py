@@ -338,3 +338,47 @@ def test_a_csv_image_reached_from_two_splits_is_refused_with_links_followed(tmp_
     with pytest.raises(ValueError, match=r"train/more/c\.png' \(train\) and .*val/c\.png' \(val\) are one file"):
         DatumDataset(root, image_size=(8, 8), follow_links=True, cache_dir=tmp_path / "cache",
                      verbose=False).info
+
+
+def test_label_mode_none_reads_every_image_below_the_folder_as_keras(tmp_path):
+    import keras
+
+    root = make_class_folders(tmp_path / "src", {"a": 4, "b": 3}, size=(8, 8))
+    make_class_folders(tmp_path / "src" / "a", {"deeper": 2}, size=(8, 8), seed=2)
+    from PIL import Image
+
+    Image.new("RGB", (8, 8), (9, 9, 9)).save(os.path.join(root, "loose.png"))
+    ds = DatumDataset(root, image_size=(8, 8), label_mode=None, batch_size=None,
+                      validation_split=None, cache_dir=tmp_path / "cache", verbose=False)
+    keras_ds = keras.utils.image_dataset_from_directory(
+        root, label_mode=None, image_size=(8, 8), batch_size=None, shuffle=False, verbose=False
+    )
+    assert ds.class_names is None and keras_ds.class_names is None
+    ours = sorted(x.numpy().tobytes() for x in ds.train(shuffle=False))
+    assert ours == sorted(x.numpy().tobytes() for x in keras_ds)
+    assert len(ours) == 4 + 3 + 2 + 1  # The loose image and the nested ones too.
+    assert ds.info["layout"] == "unlabelled_files" and ds.info["label_spec"] == {"type": "none"}
+
+
+def test_label_mode_none_reads_a_flat_folder_with_a_seeded_random_carve(tmp_path):
+    root = tmp_path / "flat"
+    make_class_folders(tmp_path, {"flat": 10}, size=(8, 8))
+    with pytest.raises(ValueError, match="No class folders found"):
+        DatumDataset(root, image_size=(8, 8), verbose=False).info
+    carved = [
+        DatumDataset(root, image_size=(8, 8), label_mode=None, seed=seed,
+                     cache_dir=tmp_path / f"cache{seed}-{i}", verbose=False).file_paths("val")
+        for seed, i in ((1, 0), (1, 1), (2, 0))
+    ]
+    assert len(carved[0]) == 2 and carved[0] == carved[1] and carved[0] != carved[2]
+
+
+def test_label_mode_none_has_its_own_cache_and_the_labelled_one_is_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    root = make_class_folders(tmp_path / "src", {"a": 3, "b": 3}, size=(8, 8))
+    labelled = DatumDataset(root, image_size=(8, 8), verbose=False)
+    unlabelled = DatumDataset(root, image_size=(8, 8), label_mode=None, verbose=False)
+    assert labelled.cache_dir != unlabelled.cache_dir
+    assert labelled.info["layout"] == "class_folders" and labelled.class_names == ["a", "b"]
+    assert "unlabelled" not in labelled.info["export_options"]
+    assert unlabelled.info["export_options"]["unlabelled"] is True

@@ -287,3 +287,17 @@ def test_an_image_among_text_files_is_named(tmp_path):
     Image.new("RGB", (4, 4)).save(os.path.join(root, "pos", "photo.png"))
     with pytest.raises(ValueError, match=r"photo\.png' is an image, and a text dataset"):
         DatumDataset(root, problem="text", verbose=False).info
+
+
+def test_label_mode_none_reads_every_text_file_as_keras(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src")
+    (tmp_path / "src" / "loose.txt").write_text("loose words", encoding="utf-8")
+    ds = DatumDataset(root, label_mode=None, batch_size=None, validation_split=None,
+                      cache_dir=tmp_path / "cache", verbose=False)
+    reference = keras.utils.text_dataset_from_directory(
+        root, label_mode=None, batch_size=None, shuffle=False, verbose=False
+    )
+    assert ds.info["problem"] == "text" and ds.class_names is None
+    ours = sorted(x.numpy() for x in ds.train(shuffle=False))
+    assert ours == sorted(x.numpy() for x in reference)
+    assert len(ours) == 2 * 6 + 1  # Both classes' files and the loose one.

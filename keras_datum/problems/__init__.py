@@ -34,8 +34,9 @@ def get(name):
     return PROBLEMS[name]
 
 
-def find_layout(root, problem=None, follow_links=False):
-    """Detects the problem type and layout of `root`.
+def find_layout(root, problem=None, follow_links=False, unlabelled=False):
+    """Detects the problem type and layout of `root` (with `unlabelled`, the
+    layouts `label_mode=None` reads: see `Problem.find_unlabelled_layout`).
 
     Raises:
         ValueError: when no problem type recognises the folder.
@@ -43,7 +44,8 @@ def find_layout(root, problem=None, follow_links=False):
     candidates = [PROBLEMS[problem]] if problem else list(PROBLEMS.values())
     with sources.collector_paused():
         for candidate in candidates:
-            layout = candidate.find_layout(root, follow_links=follow_links)
+            find = candidate.find_unlabelled_layout if unlabelled else candidate.find_layout
+            layout = find(root, follow_links=follow_links)
             if layout is not None:
                 _check_class_names(layout, root)
                 _check_training_examples(layout, root)

@@ -50,6 +50,12 @@ class Problem:
         """
         raise NotImplementedError
 
+    def find_unlabelled_layout(self, root, follow_links=False):
+        """The layout read with `label_mode=None`: the problem's own by
+        default. Classification and text read every file below `root`
+        instead of class folders, as Keras does with `labels=None`."""
+        return self.find_layout(root, follow_links=follow_links)
+
     def why_not(self, root, follow_links=False):
         """Why `root` is not of this type, when `find_layout` found nothing
         and the user asked for this type; `None` for the generic message."""

@@ -52,6 +52,41 @@ def find_layout(root, follow_links=False):
     return find_folder_layout(root, follow_links)
 
 
+def find_unlabelled_layout(root, follow_links=False):
+    """`label_mode=None`: a CSV layout as it is, else every image below `root`."""
+    layout = _find_csv_layout(root, follow_links)
+    if layout is not None:
+        return layout
+    return find_files_layout(root, follow_links)
+
+
+def find_files_layout(root, follow_links, formats=sources.IMAGE_FORMATS, problem=NAME):
+    """Every file of `formats` below `root`, without labels, as Keras reads a
+    folder with `labels=None`: loose files and class folders alike, in one
+    split, or in each of `train/`, `val/` and `test/` when those are all the
+    folder holds. None when there is no such file."""
+    subdirs = sources.visible_subdirs(root)
+    if subdirs and "train" in subdirs and set(subdirs) <= set(SPLIT_FOLDERS):
+        folders = {
+            split: os.path.join(root, f)
+            for split, f in sources.split_folders(subdirs, root).items()
+        }
+    else:
+        folders = {"train": root}
+    taken = set()
+    splits = {
+        split: [
+            ExampleRecord(path=path, relpath=sources.relative_path(path, root))
+            for path in sources.iter_image_files(folder, follow_links, formats, taken)
+        ]
+        for split, folder in folders.items()
+    }
+    if not splits["train"]:
+        return None
+    info = {"class_names": [], "label_spec": {"type": "none"}}
+    return Layout(name="unlabelled_files", problem=problem, splits=splits, info=info)
+
+
 def find_folder_layout(
     root, follow_links, formats=sources.IMAGE_FORMATS, problem=NAME, what="images"
 ):
@@ -335,6 +370,7 @@ class Classification(base.Problem):
     NAME = NAME
     OPTIONS = base.IMAGE_OPTIONS
     find_layout = staticmethod(find_layout)
+    find_unlabelled_layout = staticmethod(find_unlabelled_layout)
     features = staticmethod(features)
     encode = staticmethod(encode)
     decode = staticmethod(decode)

@@ -43,6 +43,16 @@ def find_layout(root, follow_links=False):
     )
 
 
+def find_unlabelled_layout(root, follow_links=False):
+    """`label_mode=None`: datum's JSON layout as it is, else every `.txt`
+    file below `root` (when it holds no image)."""
+    if storage.is_any_file(os.path.join(root, "train.json")):
+        return _find_json(root)
+    for _ in sources.iter_image_files(root, follow_links):
+        return None  # Images: not a text folder.
+    return classification.find_files_layout(root, follow_links, TEXT_FORMATS, NAME)
+
+
 def _has_text_files(root, follow_links):
     """Class (or split) folders with `.txt` files and no images."""
     found_text = False
@@ -281,6 +291,7 @@ class Text(base.Problem):
     OPTIONS = ("bucket_boundaries", "max_length")
     batches_itself = True
     find_layout = staticmethod(find_layout)
+    find_unlabelled_layout = staticmethod(find_unlabelled_layout)
     why_not = staticmethod(why_not)
     features = staticmethod(features)
     encode = staticmethod(encode)
