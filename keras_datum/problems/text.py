@@ -74,7 +74,7 @@ def why_not(root, follow_links=False):
     for dirpath, dirs, files in storage.walk(root, followlinks=follow_links):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in sorted(files):
-            if name.lower().endswith(sources.IMAGE_FORMATS) and dirpath != root:
+            if name.lower().endswith(sources.IMAGE_FORMATS):
                 path = os.path.join(dirpath, name)
                 return f"{path!r} is an image, and a text dataset's folders hold .txt files only."
     if not _has_text_files(root, follow_links):
@@ -220,12 +220,16 @@ def check_augmentation(augmentation, options):
             )
 
 
+def _cut(text, options):
+    """`text` cut to `max_length` bytes, as Keras cuts (a character may be
+    cut in two, as there); the buckets count the words of the cut text."""
+    if options.max_length is None:
+        return text
+    return tf.strings.substr(text, 0, options.max_length)
+
+
 def decode(parsed, info, options):
-    text = parsed["text"]
-    if options.max_length is not None:
-        # Bytes, as Keras cuts (a character may be cut in two, as there).
-        text = tf.strings.substr(text, 0, options.max_length)
-    return labels.with_labels({"text": text}, parsed, info, options)
+    return labels.with_labels({"text": _cut(parsed["text"], options)}, parsed, info, options)
 
 
 def batch(dataset, batch_size, options):
@@ -263,11 +267,12 @@ def batch_count(paths, batch_size, options):
     boundaries = options.bucket_boundaries
     if batch_size is None or not boundaries:
         return None
-    key = (tuple((p, storage.stat(p)) for p in paths), tuple(boundaries), batch_size)
+    key = (tuple((p, storage.stat(p)) for p in paths), tuple(boundaries), batch_size,
+           options.max_length)
     if key not in _BATCH_COUNTS:
         spec = {"text": tf.io.FixedLenFeature([], tf.string)}
         lengths = tf.data.TFRecordDataset(list(paths)).batch(1024).map(
-            lambda s: _words(tf.io.parse_example(s, spec)["text"]).row_lengths()
+            lambda s: _words(_cut(tf.io.parse_example(s, spec)["text"], options)).row_lengths()
         )
         per_bucket = np.zeros(len(boundaries) + 1, np.int64)
         for values in lengths.as_numpy_iterator():
