@@ -458,7 +458,7 @@ def configure(**arguments):
         reexport=a["reexport"], cache=a["cache"], cache_budget=a["cache_budget"],
         strategy=strategy, mixed_precision=a["mixed_precision"], verbose=a["verbose"],
     )
-    given = {**a, "image_size": image_size}
+    given = {**a, "image_size": image_size, "interpolation": _lower(a["interpolation"])}
     return Config(
         export=export,
         read=read,

@@ -301,3 +301,24 @@ def test_label_mode_none_reads_every_text_file_as_keras(tmp_path):
     ours = sorted(x.numpy() for x in ds.train(shuffle=False))
     assert ours == sorted(x.numpy() for x in reference)
     assert len(ours) == 2 * 6 + 1  # Both classes' files and the loose one.
+
+
+def test_max_length_with_buckets_counts_the_batches_of_the_cut_texts(tmp_path):
+    root = tmp_path / "src"
+    for label, lengths in (("a", [2, 3, 30, 40]), ("b", [1, 25, 35, 50])):
+        os.makedirs(root / label)
+        for i, n in enumerate(lengths):
+            (root / label / f"{i}.txt").write_text(" ".join(["word"] * n), encoding="utf-8")
+    ds = DatumDataset(root, max_length=20, bucket_boundaries=[8], batch_size=2,
+                      validation_split=None, cache_dir=tmp_path / "cache", verbose=False)
+    # Cut to 20 bytes, every text has at most 4 words: one bucket of 8 texts.
+    batches = list(ds.train())
+    assert len(batches) == len(ds.train()) == 4
+    assert all(len(x.numpy()[0]) <= 20 for x, _ in batches)
+
+
+def test_interpolation_in_capitals_is_the_default_on_a_text_dataset(tmp_path):
+    root, _ = write_text_folders(tmp_path / "src")
+    ds = DatumDataset(root, interpolation="BILINEAR", cache_dir=tmp_path / "cache",
+                      verbose=False)
+    assert ds.info["problem"] == "text"
