@@ -252,10 +252,9 @@ def _as_batch_of_one(step, inputs):
     own ops, not TensorFlow's), and take a batch of one the same way."""
     return (
         keras.backend.backend() != "tensorflow"
-        and isinstance(step, keras.layers.Layer)
-        and image_layer_family(step) != "keras_cv"
         and "images" in inputs
         and inputs["images"].shape.rank == 3
+        and any(image_layer_family(layer) == "keras" for layer in outer_layers(step))
     )
 
 
