@@ -52,7 +52,8 @@ def resolve_strategy(strategy):
     else MirroredStrategy over two or more GPUs, else the default one."""
     if strategy != "auto":
         return strategy
-    if in_strategy_scope():
+    if in_strategy_scope() or keras.backend.backend() != "tensorflow":
+        # On JAX and PyTorch, keras.distribution distributes, not tf.distribute.
         return tf.distribute.get_strategy()
     gpus = tf.config.list_logical_devices("GPU")
     if len(gpus) > 1:
