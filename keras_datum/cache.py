@@ -116,7 +116,7 @@ def shard_name(split, index, count):
 
 def json_text(data):
     """The text `write_json` writes for `data` (a cache's export key hashes
-    it: see `pipeline.export_key`)."""
+    it: see `store.export_key`)."""
     return json.dumps(data, indent=2, sort_keys=True)
 
 

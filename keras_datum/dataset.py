@@ -44,8 +44,9 @@ class DatumDataset:
             Defaults to `32`.
         label_mode: `"int"` (int32 class index), `"categorical"` (float32
             one-hot), `"binary"` (float32 of shape `(1,)`, two classes only)
-            or `None` (images only: as Keras, every image below the folder,
-            loose ones too, with `class_names` None; its own cache). A source
+            or `None` (images only: as Keras, every image below a folder of
+            class folders or of images, loose ones too, with `class_names`
+            None; a cache of its own). A source
             without labels (a CSV without label columns) yields images only
             with `"int"` too.
             Multi-label and regression CSV labels are float32 vectors.
