@@ -437,10 +437,10 @@ class DatumDataset:
             split, meta.splits[split].stats, read, augmentations
         )
         seed = runtime.seed if seed is None else seed
-        dataset = self._build(
-            meta, split, read, batch_size, shuffle=shuffle, repeat=repeat,
-            seed=augment_lib.read_seed(seed), augmentations=augmentations,
-            data_service=data_service, guard=guard,
+        dataset = pipeline.build_split(
+            meta, self.cache_dir, split, read, self._config.runtime, self.strategy,
+            batch_size, augmentations, shuffle=shuffle, repeat=repeat,
+            seed=augment_lib.read_seed(seed), data_service=data_service, guard=guard,
         )
         for augmentation in augmentations:
             if augmentation is not None:
@@ -453,26 +453,6 @@ class DatumDataset:
         for augmentation in augmentations:
             if augmentation is not None:
                 problem.check_augmentation(augmentation, self._read)
-
-    def _build(self, meta, split, read, batch_size, *, augmentations, **options):
-        """The split's pipeline, on this dataset's strategy."""
-        strategy = self.strategy
-        runtime = self._config.runtime
-        if batch_size is not None:
-            batch_size *= strategy.num_replicas_in_sync
-        build = functools.partial(
-            pipeline.build, meta, self.cache_dir, split, read,
-            shuffle_buffer_size=runtime.shuffle_buffer_size,
-            augment=augmentations[0],
-            batch_augment=augmentations[1],
-            image_dtype=read.image_dtype or distribute.input_dtype(),
-            cache=pipeline.decoded_cache(runtime, meta, split, read)[0],
-            on_invalid=runtime.on_invalid,
-            **options,
-        )
-        return distribute.distributed_dataset(
-            strategy, build, batch_size, len(meta.splits[split].filled_shards)
-        )
 
     def train(
         self,

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from keras_datum import blocks
 from keras_datum import decoding
+from keras_datum import distribute
 from keras_datum import images
 from keras_datum import memory
 from keras_datum import read_guard
@@ -382,3 +383,25 @@ def build(
         on_invalid=on_invalid,
     )
     return from_plan(plan)
+
+
+def build_split(meta, cache_dir, split, read, runtime, strategy, batch_size, augmentations,
+                **options):
+    """A split's pipeline on `strategy`: `build` with the dataset's
+    `config.RuntimeOptions`, at the global batch size (`batch_size` per
+    replica), each worker's share for a multi-worker strategy."""
+    if batch_size is not None:
+        batch_size *= strategy.num_replicas_in_sync
+    split_build = functools.partial(
+        build, meta, cache_dir, split, read,
+        shuffle_buffer_size=runtime.shuffle_buffer_size,
+        augment=augmentations[0],
+        batch_augment=augmentations[1],
+        image_dtype=read.image_dtype or distribute.input_dtype(),
+        cache=decoded_cache(runtime, meta, split, read)[0],
+        on_invalid=runtime.on_invalid,
+        **options,
+    )
+    return distribute.distributed_dataset(
+        strategy, split_build, batch_size, len(meta.splits[split].filled_shards)
+    )
