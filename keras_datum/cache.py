@@ -1,4 +1,5 @@
-"""Where a cache lives, what it records, and when it can be trusted.
+"""What a cache folder holds: its file names, its metadata's schema, the
+source fingerprint (where the cache lives, and its life, are `store.py`'s).
 
 A cache folder holds the shards (`<split>-00000-of-00008.tfrecord`), the
 report of invalid files (`invalid_files.json`) and `metadata.json`, which is
@@ -6,15 +7,10 @@ written last. The folder only ever appears under its final name complete: the
 export writes into a temporary sibling and renames it into place.
 """
 
-import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
-import socket
-import time
 
 from keras_datum import sources
 from keras_datum import storage
@@ -33,51 +29,6 @@ _SHARD_NAME = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.tfrecord$")
 
 class CacheError(ValueError):
     """A cache folder whose metadata cannot be trusted; the message names it."""
-
-
-def keras_home():
-    """`$KERAS_HOME`, else `~/.keras`, as Keras itself resolves it."""
-    if "KERAS_HOME" in os.environ:
-        return os.environ["KERAS_HOME"]
-    return os.path.join(os.path.expanduser("~"), ".keras")
-
-
-def default_cache_dir(source, variant=None):
-    """`<keras home>/datum/<folder name>-<short hash of the absolute path>`.
-
-    Args:
-        variant: the export options that differ from their defaults and
-            change what the export holds (the validation carve's
-            `validation_split` and `seed`, `problem`, `follow_links`, the
-            size cap `max_image_side`), as a dict. When given, a short hash
-            of them ends the name, so that datasets of one folder with
-            different carves each get their own cache instead of exporting
-            over each other's shards.
-    """
-    source = storage.abspath(source)
-    digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:10]
-    name = os.path.basename(source.rstrip(os.sep)) or "root"
-    if variant:
-        options = json.dumps(variant, sort_keys=True, default=str)
-        name += "-" + hashlib.sha256(options.encode()).hexdigest()[:6]
-    return os.path.join(keras_home(), "datum", f"{name}-{digest}")
-
-
-def caches_of(source):
-    """The cache folders under the default location that `source` exported
-    to, one per carve (see `default_cache_dir`), the default carve's first."""
-    default = default_cache_dir(source)
-    parent, base = os.path.split(default)
-    name, digest = base.rsplit("-", 1)
-    found = [default] if is_cache_folder(default) else []
-    if storage.isdir(parent):
-        pattern = re.compile(re.escape(name) + r"-[0-9a-f]{6}-" + re.escape(digest))
-        found += [
-            os.path.join(parent, entry)
-            for entry in sorted(storage.listdir(parent))
-            if pattern.fullmatch(entry) and is_cache_folder(os.path.join(parent, entry))
-        ]
-    return found
 
 
 def fingerprint(layout, root, sizes=None):
@@ -222,64 +173,3 @@ def read_metadata(cache_dir):
         ) from e
     validate_metadata(meta, path)
     return meta
-
-
-def is_cache_folder(path):
-    """True when `path` is a keras_datum cache (safe to replace): its
-    metadata.json is keras_datum's (a `schema_version` and `splits`), or, if
-    it is not (damaged), sits beside the features.json an export writes. A
-    user's folder that merely has a file named metadata.json is not one."""
-    metadata = os.path.join(path, METADATA_FILE)
-    if not storage.isfile(metadata):
-        return False
-    try:
-        with storage.open(metadata) as f:
-            meta = json.load(f)
-        if isinstance(meta, dict) and "schema_version" in meta and "splits" in meta:
-            return True
-    except (OSError, ValueError):
-        pass
-    # A damaged cache of ours, or someone's file.
-    return storage.isfile(os.path.join(path, FEATURES_FILE))
-
-
-@contextlib.contextmanager
-def export_lock(cache_dir, timeout):
-    """Holds an OS lock on `<cache_dir>.lock` so only one process exports.
-
-    A cache on a remote file system (`gs://`, `ram://`) gets no lock: object
-    stores have no locks to take. Two exports of one remote cache at once
-    are then each safe (metadata.json is written last, so neither can leave a
-    cache that is trusted half-written), but they do the work twice.
-
-    Raises:
-        TimeoutError: when another process holds the lock for longer than
-            `timeout` seconds; the message names that process.
-    """
-    if storage.is_url(cache_dir):
-        yield
-        return
-    lock_path = cache_dir.rstrip(os.sep) + ".lock"
-    storage.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-                    raise TimeoutError(
-                        f"Waited {timeout:.0f}s for the export lock {lock_path!r}, "
-                        f"held by {holder or 'an unknown process'}."
-                    ) from None
-                time.sleep(0.2)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # Closing releases the lock.

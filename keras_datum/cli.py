@@ -108,15 +108,15 @@ def _info(args):
 def _caches(path, given):
     """`path` when it is a cache, else the caches its source exported to
     (one per validation carve)."""
-    from keras_datum import cache
+    from keras_datum import store
 
-    if cache.is_cache_folder(path):
+    if store.is_cache_folder(path):
         return [path]
-    found = cache.caches_of(path)
+    found = store.caches_of(path)
     if not found:
         raise ValueError(
             f"No keras_datum cache found for {given!r} (looked in "
-            f"{cache.default_cache_dir(path)!r} and its siblings for other "
+            f"{store.default_cache_dir(path)!r} and its siblings for other "
             f"carves). Run `keras-datum export {given}` first."
         )
     return found

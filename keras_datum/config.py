@@ -260,7 +260,7 @@ class ExportOptions:
 
     def carve_variant(self):
         """The carve options away from their defaults: they name the default
-        cache folder (see `cache.default_cache_dir`)."""
+        cache folder (see `store.default_cache_dir`)."""
         defaults = _default_export_options()
         return {
             name: getattr(self, name)

@@ -96,7 +96,7 @@ def run_demo(
     """Draws the shapes dataset (once), exports it, trains, returns val accuracy."""
     import keras
 
-    from keras_datum import cache
+    from keras_datum import store
     from keras_datum.dataset import DatumDataset
 
     # Checked before anything is drawn.
@@ -115,7 +115,7 @@ def run_demo(
         data_dir = os.fspath(data_dir)
     else:
         data_dir = os.path.join(
-            cache.keras_home(), "datum-demo", f"shapes-{images_per_class}-{image_size}"
+            store.keras_home(), "datum-demo", f"shapes-{images_per_class}-{image_size}"
         )
     if not os.path.isdir(data_dir):
         _draw_into_place(data_dir, images_per_class, image_size, seed, verbose)

@@ -329,7 +329,7 @@ def export_layout(
 ):
     """Writes `layout` into `cache_dir`; returns the metadata dict.
 
-    Call it holding `cache.export_lock(cache_dir)`. With a `runner`, the
+    Call it holding `store.export_lock(cache_dir)`. With a `runner`, the
     shards are written by an Apache Beam pipeline (see `beam.py`); the plan,
     the metadata and the commit are the same either way. `file_sizes` (path
     -> bytes, filled by `cache.fingerprint`) spares the plan a second `stat`

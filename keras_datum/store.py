@@ -1,7 +1,7 @@
 """The cache store: where an export lives and whether one serves.
 
-It owns a cache's whole life: its folder (`cache.default_cache_dir`, or the
-one given, outside the source), which cache serves a dataset (its own, or
+It owns a cache's whole life: where it lives (`keras_home`,
+`default_cache_dir`, `caches_of`, or the folder given, outside the source), which cache serves a dataset (its own, or
 another carve's with a larger size cap: "borrowing"), whether it is fresh,
 the lock around an export, the commit that puts a finished export in place,
 the removal of what dead exports left, and the guard that stops a reader
@@ -10,10 +10,16 @@ whose cache was exported over (see `guard_of`). The file formats are
 `export_key`, and neither is imported here.
 """
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
+import hashlib
 import json
 import os
 import re
+import socket
+import time
 import uuid
 
 import tensorflow as tf
@@ -21,6 +27,113 @@ import tensorflow as tf
 from keras_datum import cache
 from keras_datum import metadata as metadata_lib
 from keras_datum import storage
+
+
+def keras_home():
+    """`$KERAS_HOME`, else `~/.keras`, as Keras itself resolves it."""
+    if "KERAS_HOME" in os.environ:
+        return os.environ["KERAS_HOME"]
+    return os.path.join(os.path.expanduser("~"), ".keras")
+
+
+def default_cache_dir(source, variant=None):
+    """`<keras home>/datum/<folder name>-<short hash of the absolute path>`.
+
+    Args:
+        variant: the export options that differ from their defaults and
+            change what the export holds (the validation carve's
+            `validation_split` and `seed`, `problem`, `follow_links`, the
+            size cap `max_image_side`), as a dict. When given, a short hash
+            of them ends the name, so that datasets of one folder with
+            different carves each get their own cache instead of exporting
+            over each other's shards.
+    """
+    source = storage.abspath(source)
+    digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    name = os.path.basename(source.rstrip(os.sep)) or "root"
+    if variant:
+        options = json.dumps(variant, sort_keys=True, default=str)
+        name += "-" + hashlib.sha256(options.encode()).hexdigest()[:6]
+    return os.path.join(keras_home(), "datum", f"{name}-{digest}")
+
+
+def caches_of(source):
+    """The cache folders under the default location that `source` exported
+    to, one per carve (see `default_cache_dir`), the default carve's first."""
+    default = default_cache_dir(source)
+    parent, base = os.path.split(default)
+    name, digest = base.rsplit("-", 1)
+    found = [default] if is_cache_folder(default) else []
+    if storage.isdir(parent):
+        pattern = re.compile(re.escape(name) + r"-[0-9a-f]{6}-" + re.escape(digest))
+        found += [
+            os.path.join(parent, entry)
+            for entry in sorted(storage.listdir(parent))
+            if pattern.fullmatch(entry) and is_cache_folder(os.path.join(parent, entry))
+        ]
+    return found
+
+
+def is_cache_folder(path):
+    """True when `path` is a keras_datum cache (safe to replace): its
+    metadata.json is keras_datum's (a `schema_version` and `splits`), or, if
+    it is not (damaged), sits beside the features.json an export writes. A
+    user's folder that merely has a file named metadata.json is not one."""
+    metadata = os.path.join(path, cache.METADATA_FILE)
+    if not storage.isfile(metadata):
+        return False
+    try:
+        with storage.open(metadata) as f:
+            meta = json.load(f)
+        if isinstance(meta, dict) and "schema_version" in meta and "splits" in meta:
+            return True
+    except (OSError, ValueError):
+        pass
+    # A damaged cache of ours, or someone's file.
+    return storage.isfile(os.path.join(path, cache.FEATURES_FILE))
+
+
+@contextlib.contextmanager
+def export_lock(cache_dir, timeout):
+    """Holds an OS lock on `<cache_dir>.lock` so only one process exports.
+
+    A cache on a remote file system (`gs://`, `ram://`) gets no lock: object
+    stores have no locks to take. Two exports of one remote cache at once
+    are then each safe (metadata.json is written last, so neither can leave a
+    cache that is trusted half-written), but they do the work twice.
+
+    Raises:
+        TimeoutError: when another process holds the lock for longer than
+            `timeout` seconds; the message names that process.
+    """
+    if storage.is_url(cache_dir):
+        yield
+        return
+    lock_path = cache_dir.rstrip(os.sep) + ".lock"
+    storage.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                    raise TimeoutError(
+                        f"Waited {timeout:.0f}s for the export lock {lock_path!r}, "
+                        f"held by {holder or 'an unknown process'}."
+                    ) from None
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # Closing releases the lock.
+
 
 # How long a process waits for another one's export of the same cache.
 LOCK_TIMEOUT_SECONDS = 3600
@@ -59,7 +172,7 @@ def check_cache_target(cache_dir, replacing=False):
     if (
         storage.isdir(cache_dir)
         and storage.listdir(cache_dir)
-        and not cache.is_cache_folder(cache_dir)
+        and not is_cache_folder(cache_dir)
         # What a remote commit that died midway leaves: its marker. (A local
         # commit is one rename; shards without metadata there, or remote ones
         # without the marker, were put there by someone else: left alone.)
@@ -134,7 +247,7 @@ def commit(tmp_dir, cache_dir):
         return
     old = None
     if storage.isdir(cache_dir):
-        if cache.is_cache_folder(cache_dir):
+        if is_cache_folder(cache_dir):
             old = f"{cache_dir.rstrip(os.sep)}.old-{uuid.uuid4().hex[:8]}"
             storage.rename(cache_dir, old)
             try:
@@ -294,13 +407,13 @@ def resolve_folder(source, cache_dir, variant):
     """The cache folder of `source`: `cache_dir` when given (a link resolved:
     the export replaces the folder by renames, and would rename the link
     itself), else the default one for the carve `variant` (see
-    `cache.default_cache_dir`). Checked to lie outside the source."""
+    `default_cache_dir`). Checked to lie outside the source."""
     if cache_dir:
         folder = storage.abspath(os.fspath(cache_dir))
         if os.path.islink(folder):
             folder = os.path.realpath(folder)
     else:
-        folder = cache.default_cache_dir(source, variant)
+        folder = default_cache_dir(source, variant)
     check_outside_source(folder, source)
     return folder
 
@@ -329,7 +442,7 @@ class CacheStore:
         """This dataset's cache folder, then the caches it may borrow."""
         if not self.borrows:
             return [self.folder]
-        others = [c for c in cache.caches_of(self.source) if c != self.folder]
+        others = [c for c in caches_of(self.source) if c != self.folder]
         return [self.folder, *others]
 
     def read(self, folder) -> metadata_lib.Metadata | None:
@@ -379,4 +492,4 @@ class CacheStore:
 
     def lock(self):
         """The lock held while exporting to `folder` (other processes wait)."""
-        return cache.export_lock(self.folder, LOCK_TIMEOUT_SECONDS)
+        return export_lock(self.folder, LOCK_TIMEOUT_SECONDS)

@@ -22,7 +22,6 @@ def recording(devices, device_type=None):
 tf.config.set_visible_devices = recording
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import make_class_folders  # noqa: E402

@@ -117,7 +117,7 @@ def test_a_users_folder_with_a_metadata_json_is_never_replaced(class_folders, tm
     mine.mkdir()
     (mine / "metadata.json").write_text('{"author": "me"}')
     (mine / "thesis.tex").write_text("years of work")
-    assert not cache.is_cache_folder(str(mine))
+    assert not store.is_cache_folder(str(mine))
     for reexport in ("auto", "always"):
         with pytest.raises((ValueError, CacheError)):
             DatumDataset(class_folders, cache_dir=mine, reexport=reexport, verbose=False).export()
@@ -126,7 +126,7 @@ def test_a_users_folder_with_a_metadata_json_is_never_replaced(class_folders, tm
     ours = tmp_path / "ours"
     DatumDataset(class_folders, cache_dir=ours, verbose=False).export()
     (ours / "metadata.json").write_text("{not json")
-    assert cache.is_cache_folder(str(ours))
+    assert store.is_cache_folder(str(ours))
     DatumDataset(class_folders, cache_dir=ours, reexport="always", verbose=False).export()
     assert cache.read_metadata(str(ours))["schema_version"] == 1
 
@@ -192,7 +192,7 @@ def test_lock_timeout_names_the_holder(tmp_path):
             textwrap.dedent(
                 f"""
                 import sys, time
-                from keras_datum.cache import export_lock
+                from keras_datum.store import export_lock
                 with export_lock({cache_dir!r}, 5):
                     print("locked", flush=True)
                     time.sleep(30)
@@ -205,12 +205,12 @@ def test_lock_timeout_names_the_holder(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(TimeoutError, match=rf"held by pid {holder.pid} on "):
-            with cache.export_lock(cache_dir, 0.5):
+            with store.export_lock(cache_dir, 0.5):
                 pass
     finally:
         holder.kill()
         holder.wait()
-    with cache.export_lock(cache_dir, 5):  # Released when its holder died.
+    with store.export_lock(cache_dir, 5):  # Released when its holder died.
         pass
 
 
@@ -229,7 +229,7 @@ def test_a_bad_feature_spec_in_metadata_is_a_cache_error(class_folders):
 def test_datasets_with_other_carves_get_their_own_caches(class_folders):
     default = DatumDataset(class_folders, verbose=False)
     # The default carve keeps the cache folder it always had.
-    assert default.cache_dir == cache.default_cache_dir(class_folders)
+    assert default.cache_dir == store.default_cache_dir(class_folders)
     other_seed = DatumDataset(class_folders, seed=7, verbose=False)
     other_split = DatumDataset(class_folders, validation_split=0.5, verbose=False)
     dirs = {default.cache_dir, other_seed.cache_dir, other_split.cache_dir}
@@ -240,7 +240,7 @@ def test_datasets_with_other_carves_get_their_own_caches(class_folders):
     # Neither export touched the first dataset's cache: its val() is the same.
     assert _val_files(default) == val_before
     assert len(_val_files(other_split)) == 15
-    assert sorted(cache.caches_of(class_folders)) == sorted(dirs)
+    assert sorted(store.caches_of(class_folders)) == sorted(dirs)
 
 
 def _val_files(ds):

@@ -266,9 +266,9 @@ def test_bad_numbers_are_named_by_their_flag_before_any_work(tmp_path, capsys, a
     assert exit_info.value.code == 2
     assert named in capsys.readouterr().err
     # Nothing was exported: the flag was refused while parsing.
-    from keras_datum import cache
+    from keras_datum import store
 
-    assert not os.path.exists(cache.default_cache_dir(source))
+    assert not os.path.exists(store.default_cache_dir(source))
 
 
 def test_preview_and_benchmark_read_an_unlabelled_csv_source(tmp_path, capsys):

@@ -19,8 +19,8 @@ from helpers import fit_one_epoch
 from PIL import Image
 
 from keras_datum import DatumDataset
-from keras_datum import cache as cache_lib
 from keras_datum import datum_format
+from keras_datum import store
 
 HEIGHT, WIDTH = 20, 30
 CLASS_NAMES = ["cat", "dog"]
@@ -401,7 +401,7 @@ def test_datum_dataset_detects_an_export_and_writes_nothing(tmp_path, keras_home
     assert "invalid files left out: 0" in ds.summary(print_fn=None)
     ds.export(force=True)  # Reads the JSON files again; still writes nothing.
     assert _snapshot(export) == before
-    assert not os.path.exists(cache_lib.default_cache_dir(export))
+    assert not os.path.exists(store.default_cache_dir(export))
     assert not os.path.exists(export.rstrip(os.sep) + ".lock")
     assert not os.path.exists(os.path.join(keras_home, "datum"))
     assert set(os.listdir(tmp_path)) <= {"export", "keras_home", "source"}

@@ -34,10 +34,10 @@ def test_the_export_options_at_the_defaults_are_unchanged():
 
 def test_the_default_cache_folder_names_are_unchanged(monkeypatch):
     monkeypatch.setenv("KERAS_HOME", "/home/k")
-    assert cache.default_cache_dir("/data/flowers") == "/home/k/datum/flowers-a9b2ae66ce"
+    assert store.default_cache_dir("/data/flowers") == "/home/k/datum/flowers-a9b2ae66ce"
     variant = _options(validation_split=0.1).carve_variant()
     assert variant == {"validation_split": 0.1, "max_image_side": 448}
-    assert (cache.default_cache_dir("/data/flowers", variant)
+    assert (store.default_cache_dir("/data/flowers", variant)
             == "/home/k/datum/flowers-5a6f89-a9b2ae66ce")
 
 
