@@ -26,15 +26,6 @@ from keras_datum import shard_reader
 
 AUTOTUNE = tf.data.AUTOTUNE
 
-# Moved to `read_plan`, `decoding` and `shard_reader`; their callers know
-# them here.
-DEFAULT_SHUFFLE_BUFFER = read_plan.DEFAULT_SHUFFLE_BUFFER
-parse_spec = decoding.parse_spec
-decode_example = decoding.decode_example
-file_names = shard_reader.file_names
-shard_paths = shard_reader.shard_paths
-
-
 def decoded_bytes(meta, split, options):
     """Memory the decoded split takes at the target size, as uint8."""
     info = meta.splits[split].stats

@@ -25,13 +25,8 @@ BLOCK_BYTES = 512 * 1024
 def shards(meta, cache_dir, split):
     """`(paths, counts)`: the split's shard files that hold examples, in
     `cache_dir`, and the examples each holds."""
-    filled = meta.splits[split].filled_shards
-    return [os.path.join(cache_dir, s.file) for s in filled], [s.num_examples for s in filled]
-
-
-def shard_paths(meta, cache_dir, split):
-    """The paths of the split's shard files that hold examples."""
-    return shards(meta, cache_dir, split)[0]
+    info = meta.splits[split]
+    return info.shard_paths(cache_dir), [s.num_examples for s in info.filled_shards]
 
 
 def block_records(paths, counts):

@@ -14,8 +14,8 @@ from keras_datum import cache
 from keras_datum import datum_format
 from keras_datum import export as export_lib
 from keras_datum import metadata as metadata_lib
-from keras_datum import pipeline
 from keras_datum import problems
+from keras_datum import shard_reader
 from keras_datum import storage
 from keras_datum import store as store_lib
 
@@ -141,7 +141,7 @@ class FolderSource:
 
     def file_paths(self, meta, split):
         """The source file of each example of `split`, in the export's order."""
-        names = pipeline.file_names(meta, self.cache_dir, split, self.guard(meta))
+        names = shard_reader.file_names(meta, self.cache_dir, split, self.guard(meta))
         return [os.path.join(self.path, name) for name in names]
 
 

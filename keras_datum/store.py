@@ -21,12 +21,16 @@ import re
 import socket
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from keras_datum import cache
 from keras_datum import metadata as metadata_lib
 from keras_datum import storage
+
+if TYPE_CHECKING:  # Annotations only: config imports the problems.
+    from keras_datum import config
 
 
 def keras_home():
@@ -434,7 +438,7 @@ class CacheStore:
 
     source: str
     folder: str
-    options: "object"
+    options: "config.ExportOptions"
     borrows: bool
     exact_cap: bool
 

@@ -14,6 +14,7 @@ import time
 
 import tensorflow as tf
 
+from keras_datum import decoding
 from keras_datum import images
 from keras_datum import metadata
 from keras_datum import pipeline
@@ -80,7 +81,7 @@ def decode_rate(meta, cache_dir, split, options, batch_size, records=None):
     """
     if "image" not in meta.features:
         return None
-    paths = pipeline.shard_paths(meta, cache_dir, split)
+    paths = meta.splits[split].shard_paths(cache_dir)
     if not paths:
         return None
     size = sum(storage.getsize(path) for path in paths)
@@ -95,7 +96,7 @@ def decode_rate(meta, cache_dir, split, options, batch_size, records=None):
     dataset = (
         tf.data.Dataset.from_tensor_slices(serialized[0])
         .map(
-            lambda s: pipeline.decode_example(s, meta, options)["images"],
+            lambda s: decoding.decode_example(s, meta, options)["images"],
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         .batch(batch_size)
