@@ -133,6 +133,43 @@ class Augmentation:
             )
         return inputs
 
+    def seeded(self, inputs, epoch, key):
+        """The steps on `inputs` with every random generator of theirs set
+        first from `(seed, epoch, key)` alone (in the traced function, before
+        the steps draw): what one example gets (`key` its record; for a
+        batch, its first record's) no longer depends on what came before it,
+        so that a stream resumed mid-epoch repeats (see `streams`)."""
+        assigns = [
+            _set_generator(generator, self.seed + offset, epoch, key)
+            for offset, generator in enumerate(self._graph_generators(), 1)
+        ]
+        with tf.control_dependencies(assigns):
+            inputs = tf.nest.map_structure(tf.identity, inputs)
+        return self(inputs)
+
+    def _graph_generators(self):
+        """The generators the steps draw from in a `tf.data` function. A
+        Keras data layer on another backend draws from a TensorFlow one it
+        makes on first use there: made here, as the layer would."""
+        found = []
+        for step in self.steps:
+            if not isinstance(step, keras.layers.Layer):
+                continue
+            for layer in step._flatten_layers(include_self=True):
+                if keras.backend.backend() != "tensorflow" and hasattr(
+                    layer, "_get_seed_generator"
+                ) and hasattr(layer, "generator"):
+                    layer.backend.set_backend("tensorflow")
+                    try:
+                        layer._get_seed_generator("tensorflow")
+                    finally:
+                        layer.backend.reset()
+                found.extend(
+                    g for g in _generators(layer)
+                    if _in_tensorflow(g) and all(g is not f for f in found)
+                )
+        return found
+
     def warn_pending(self, warn=True):
         """Warns what tracing found, from the caller's line (a warning raised
         while tracing would name autograph's generated file instead); with
@@ -171,9 +208,30 @@ def _ops(graph):
     )
 
 
+def _in_tensorflow(generator):
+    """Whether `generator` keeps its state in TensorFlow (a layer's own
+    generator on another backend is not the one it draws from in tf.data)."""
+    if isinstance(generator, tf.random.Generator):
+        return True
+    return isinstance(getattr(generator.state, "value", None), tf.Variable)
+
+
+def _set_generator(generator, seed, epoch, key):
+    """Assigns `generator` a state made from `(seed, epoch, key)` alone."""
+    epoch, key = tf.cast(epoch, tf.int64), tf.cast(key, tf.int64)
+    high = (seed * 1000003 + epoch) % 2**31
+    low = (key * 4096) % 2**31
+    if isinstance(generator, tf.random.Generator):
+        return generator.state.assign(tf.cast(tf.stack([low, high, seed % 2**31]),
+                                              generator.state.dtype))
+    return generator.state.assign(tf.cast(tf.stack([high, low]), generator.state.dtype))
+
+
 def _generators(layer):
     found = []
     for value in vars(layer).values():
+        if isinstance(value, dict):  # A data layer's generators on other backends.
+            value = list(value.values())
         values = value if isinstance(value, list) else [value]
         for item in values:
             if isinstance(item, (keras.random.SeedGenerator, tf.random.Generator)) and all(

@@ -72,10 +72,9 @@ def raw_layout(meta, split, options):
     return RawLayout(height, width, stored["raw_channels"][0])
 
 
-def batch_decoder(meta, options, layout):
-    """The whole-batch decoder of a split of `layout` (see `raw_layout`):
-    `apply(blocks, deterministic, then)` maps blocks of serialized examples
-    to blocks of decoded examples."""
+def batch_decode(meta, options, layout):
+    """`decode(serialized)`: a 1-D tensor of serialized examples of a split
+    of `layout` (see `raw_layout`) -> the batch of their decoded examples."""
     height, width, raw_channels = layout.height, layout.width, layout.channels
     want = images.CHANNELS[options.color_mode]
     spec = decoding.parse_spec(meta.features)
@@ -92,6 +91,15 @@ def batch_decoder(meta, options, layout):
         # Integer, one-hot and regression labels are element-wise: the
         # problem's own labelling works on the whole batch.
         return labels.with_labels({"images": batch}, parsed, meta.json, options)
+
+    return decode_batch
+
+
+def batch_decoder(meta, options, layout):
+    """The whole-batch decoder of a split of `layout` (see `raw_layout`):
+    `apply(blocks, deterministic, then)` maps blocks of serialized examples
+    to blocks of decoded examples."""
+    decode_batch = batch_decode(meta, options, layout)
 
     def apply(blocks, deterministic, then=decoding.unchanged):
         """Blocks of serialized examples -> blocks of decoded examples.

@@ -16,13 +16,16 @@ import functools
 import tensorflow as tf
 
 from keras_datum import blocks
+from keras_datum import decoded_store
 from keras_datum import decoding
 from keras_datum import distribute
 from keras_datum import images
 from keras_datum import memory
+from keras_datum import positions
 from keras_datum import read_guard
 from keras_datum import read_plan
 from keras_datum import shard_reader
+from keras_datum import streams
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -195,26 +198,37 @@ def _reseed(plan):
             augmentation.reseed(plan.seed)
 
 
-def _augmented(dataset, plan, augmentation, labels_spec, then=None):
+def _augmented(dataset, plan, augmentation, labels_spec, then=None, places=False):
     """`augmentation` (none when None) on what the layers take: float32
     pixels (cached ones are uint8) and float32 labels. KerasCV layers mix
     float and integer labels across their branches (RandAugment fails on
     int32); class indices survive the round trip exactly. `then(outputs,
     options)` puts the result back in the problem's form (boxes to
-    `max_boxes`)."""
+    `max_boxes`). With `places`, elements are `(inputs, (epochs, record
+    ids))` and, with a seed, each draws from its place alone (a batch from
+    its first example's: see `Augmentation.seeded`)."""
     if augmentation is None:
         return dataset
     int_labels = _int_labels(labels_spec)
     to_float = decoding.pixels_as(tf.float32)
     options = plan.options
 
-    def apply(inputs):
+    def apply(inputs, place=None):
         inputs = to_float(inputs)
         if int_labels:
             inputs["labels"] = tf.cast(inputs["labels"], tf.float32)
-        outputs = augmentation(inputs)
+        if place is None or plan.seed is None:
+            outputs = augmentation(inputs)
+        else:
+            epoch, record = (tf.reshape(p, [-1])[0] for p in place)
+            outputs = augmentation.seeded(inputs, epoch, record)
         return outputs if then is None else then(outputs, options)
 
+    if places:
+        return dataset.map(
+            lambda inputs, place: (apply(inputs, place), place),
+            num_parallel_calls=plan.augment_calls,
+        )
     return dataset.map(apply, num_parallel_calls=plan.augment_calls)
 
 
@@ -307,8 +321,75 @@ def _with_options(dataset, plan):
     return dataset.with_options(options).prefetch(AUTOTUNE)
 
 
-def from_plan(plan):
-    """The `tf.data.Dataset` that a `read_plan.ReadPlan` describes."""
+def _stream_examples(plan, state):
+    """A stream's decoded examples, each `(example, place)` (`place` is
+    `(epoch, record id)`, what seeds its augmentation), or batches of them
+    (with the decoded cache, or raw pixels decoded whole): `(dataset,
+    batched)`."""
+    records = streams.read_batches(plan, state)
+    then = _cached_pixels(plan) if plan.cache else decoding.unchanged
+    batched = plan.raw_layout is not None
+    if batched:
+        decode = blocks.batch_decode(plan.meta, plan.options, plan.raw_layout)
+        decoded = streams.decoded_batches(records, decode, then)
+    else:
+        decoded = streams.decoded_examples(records, plan, then)
+    if not plan.cache:
+        return decoded, batched
+    if not batched:
+        decoded = decoded.batch(plan.batch_size, num_parallel_calls=AUTOTUNE, deterministic=True)
+    spec = tf.nest.map_structure(
+        lambda s: tf.TensorSpec(s.shape[1:], s.dtype), decoded.element_spec[0]
+    )
+    store = decoded_store.DecodedStore(plan.table.num_examples, spec)
+    return streams.with_store(decoded, plan, state, store), True
+
+
+def _stream_batches(examples, plan, labels_spec):
+    """Examples with their places -> batches with theirs (the per-example
+    augmentation first)."""
+    examples = _augmented(examples, plan, plan.augment, labels_spec, places=True)
+    if not plan.problem.batches_itself:
+        return examples.batch(plan.batch_size, num_parallel_calls=AUTOTUNE, deterministic=True)
+    # The problem batches dicts: the places go along as a key.
+    merged = examples.map(lambda inputs, place: dict(inputs, _place=place))
+    batches = plan.problem.batch(merged, plan.batch_size, plan.options)
+
+    def split(inputs):
+        inputs = dict(inputs)
+        return inputs, inputs.pop("_place")
+
+    return batches.map(split)
+
+
+def _stream(plan, state):
+    """The resumable stream of `plan` (see `streams`), at `state`'s
+    positions."""
+    examples, batched = _stream_examples(plan, state)
+    labels_spec = examples.element_spec[0].get("labels")
+    _reseed(plan)
+    if batched and plan.augment is not None:
+        examples, batched = examples.unbatch(), False
+    batches = examples if batched else _stream_batches(examples, plan, labels_spec)
+    batches = _augmented(
+        batches, plan, plan.batch_augment, labels_spec,
+        then=plan.problem.after_batch_augment, places=True,
+    )
+    batches = batches.map(lambda inputs, place: inputs)
+    dataset = _with_options(_finished(batches, plan, labels_spec), plan)
+    steps = (
+        tf.data.INFINITE_CARDINALITY
+        if plan.repeat
+        else positions.steps_per_epoch(plan.table.num_examples, plan.batch_size)
+    )
+    return streams.Epochs(dataset, steps, state)
+
+
+def from_plan(plan, state=None):
+    """The `tf.data.Dataset` that a `read_plan.ReadPlan` describes; a
+    stream's at the positions of `state` (a `positions.StreamState`)."""
+    if plan.stream:
+        return _stream(plan, state)
     if plan.block_path:
         dataset, labels_spec = _block_path(plan)
     else:
@@ -345,6 +426,9 @@ def build(
     shard_subset=None,
     guard=None,
     on_invalid="raise",
+    slices=None,
+    split_name=None,
+    replicas=1,
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
@@ -371,9 +455,17 @@ def build(
         shuffle_buffer_size=shuffle_buffer_size, augment=augment, batch_augment=batch_augment,
         image_dtype=image_dtype, shard_policy=shard_policy, cache=cache,
         data_service=data_service, shard_subset=shard_subset, guard=guard,
-        on_invalid=on_invalid,
+        on_invalid=on_invalid, slices=slices,
     )
-    return from_plan(plan)
+    state = None
+    if plan.stream:
+        spec = positions.StreamSpec(
+            split=split_name or split, export=positions.export_identity(meta.json),
+            num_examples=plan.table.num_examples, batch_size=batch_size, replicas=replicas,
+            repeat=repeat, shuffle=shuffle,
+        )
+        state = positions.StreamState(spec, seed)
+    return from_plan(plan, state)
 
 
 def build_split(meta, cache_dir, split, read, runtime, strategy, batch_size, augmentations,

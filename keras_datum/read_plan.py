@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_datum import blocks
 from keras_datum import images
 from keras_datum import problems
+from keras_datum import record_index
 from keras_datum import shard_reader
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -123,6 +124,13 @@ class ReadPlan:
         image_dtype: the dtype of the images handed out.
         data_service: a tf.data service dispatcher address, or None.
         shard_policy: tf.data's auto-shard policy, or None.
+        stream: whether the split (or slice) is read as a resumable stream
+            (see `streams`): with random access, in an order drawn from
+            `(seed, epoch)`, each iterator starting where the stream's
+            `positions.StreamState` says. For shuffled batches of a split
+            read whole by one pipeline whose problem batches in order, and
+            for every slice.
+        table: the `record_index.RecordTable` a stream reads, or None.
     """
 
     meta: Any
@@ -163,17 +171,25 @@ class ReadPlan:
     image_dtype: Any
     data_service: str | None
     shard_policy: Any
+    stream: bool
+    table: Any
 
     @classmethod
     def make(
         cls, meta, cache_dir, split, options, *, batch_size, shuffle, repeat, seed,
         shuffle_buffer_size, augment=None, batch_augment=None, image_dtype="float32",
         shard_policy=None, cache=False, data_service=None, shard_subset=None, guard=None,
-        on_invalid="raise",
+        on_invalid="raise", slices=None,
     ):
         """The plan for one split's pipeline: the arguments are
         `pipeline.build`'s (see there)."""
-        paths, counts = shard_reader.shards(meta, cache_dir, split)
+        if slices is not None:
+            table = record_index.RecordTable(slices)
+            paths = [s.path for s in table.segments]
+            counts = [s.stop - s.start for s in table.segments]
+        else:
+            paths, counts = shard_reader.shards(meta, cache_dir, split)
+            table = record_index.RecordTable.of_shards(paths, counts)
         sharding = _sharding(len(paths), shard_subset)
         if sharding == SHARD_BY_FILE:
             index, count = shard_subset
@@ -188,8 +204,18 @@ class ReadPlan:
         )
         layout = blocks.raw_layout(meta, split, options)
         problem = problems.get(meta.problem)
+        stream = (
+            batch_size is not None
+            and (not cache or problem.fixed_examples)
+            and (
+                slices is not None
+                or (shuffle and sharding == SHARD_NONE and not data_service
+                    and problem.batches_in_order(options))
+            )
+        )
         block_path = (
             layout is not None
+            and not stream
             and augment is None
             and batch_size is not None
             and not by_example
@@ -202,7 +228,7 @@ class ReadPlan:
         # blocks as they come, unless serialized records are shuffled before
         # decoding (no cache). Sharing by example needs one record order.
         from_blocks = (
-            not block_path and layout is not None and (cache or not shuffle) and not by_example
+            not block_path and not stream and layout is not None and (cache or not shuffle) and not by_example
         )
         # Cached blocks are references: many can take part in the shuffle
         # (decoded blocks read anew are bounded by `buffer`).
@@ -236,6 +262,7 @@ class ReadPlan:
             finish_calls=None if block_path else AUTOTUNE,
             resized_by=None if augmented else options.interpolation,
             image_dtype=image_dtype, data_service=data_service, shard_policy=shard_policy,
+            stream=stream, table=table if stream else None,
         )
 
 

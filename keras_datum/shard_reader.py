@@ -118,21 +118,27 @@ def _guarded(files, guard):
     `guard` is `(metadata path, export key)`, or `None` for no check."""
     if guard is None:
         return files
-    metadata_path, key = guard
-    message = store.stale_cache_message(os.path.dirname(metadata_path))
 
     def check(path, count, index):
-        # Missing for a moment while another export commits (two renames):
-        # not checked then.
-        same = tf.cond(
-            tf.size(tf.io.matching_files(_literal_pattern(metadata_path))) > 0,
-            lambda: tf.equal(store.export_key(tf.io.read_file(metadata_path)), key),
-            lambda: tf.constant(True),
-        )
-        with tf.control_dependencies([tf.debugging.Assert(same, [message])]):
+        with tf.control_dependencies([still_the_export(guard)]):
             return tf.identity(path), count, index
 
     return files.map(check)
+
+
+def still_the_export(guard):
+    """An op (graph code) that fails, naming the cache, when the cache at
+    `guard = (metadata path, export key)` is no longer that export."""
+    metadata_path, key = guard
+    message = store.stale_cache_message(os.path.dirname(metadata_path))
+    # Missing for a moment while another export commits (two renames): not
+    # checked then.
+    same = tf.cond(
+        tf.size(tf.io.matching_files(_literal_pattern(metadata_path))) > 0,
+        lambda: tf.equal(store.export_key(tf.io.read_file(metadata_path)), key),
+        lambda: tf.constant(True),
+    )
+    return tf.debugging.Assert(same, [message])
 
 
 def serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block, guard=None,

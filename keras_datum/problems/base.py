@@ -35,6 +35,15 @@ class Problem:
     OPTIONS: tuple = ()
     PAD_TO_ASPECT_RATIO = False
 
+    # Whether every decoded example has fixed shapes (no box list, no text):
+    # a resumable stream's decoded cache keeps only those.
+    fixed_examples = True
+
+    def batches_in_order(self, options):
+        """Whether `batch` keeps the examples' order, so that each batch is
+        the run of positions a resumable stream counts (see `streams`)."""
+        return True
+
     def read_defaults(self, options):
         """`options` (a `config.ReadOptions`) with this problem's defaults
         in place of the ones left to it."""

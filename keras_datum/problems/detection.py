@@ -276,6 +276,7 @@ class Detection(base.Problem):
     # Boxes keep their shape.
     PAD_TO_ASPECT_RATIO = True
     batches_itself = True
+    fixed_examples = False
     find_layout = staticmethod(detection_layouts.find_layout)
     features = staticmethod(features)
     encode = staticmethod(encode)

@@ -295,6 +295,7 @@ class Text(base.Problem):
     NAME = NAME
     OPTIONS = ("bucket_boundaries", "max_length")
     batches_itself = True
+    fixed_examples = False
     find_layout = staticmethod(find_layout)
     find_unlabelled_layout = staticmethod(find_unlabelled_layout)
     why_not = staticmethod(why_not)
@@ -306,6 +307,10 @@ class Text(base.Problem):
     check_augmentation = staticmethod(check_augmentation)
     batch = staticmethod(batch)
     batch_count = staticmethod(batch_count)
+
+    def batches_in_order(self, options):
+        # Length buckets hand batches out as they fill.
+        return not options.bucket_boundaries
 
 
 PROBLEM = Text()

@@ -1,0 +1,175 @@
+"""Resumable streams: a split (or slices of splits) read with random access.
+
+The records are numbered 0..n-1 in stored order (`record_index.RecordTable`).
+Epoch `e` hands out position `p` as record `index_shuffle(p, (seed, e))`, a
+global shuffle of the whole split by index, as grain does: no shuffle buffer
+to fill, so the first batch waits for one batch's decodes. Each iterator of
+the dataset claims its start from the stream's `positions.StreamState` as it
+starts (the next epoch, or a restored `(epoch, offset)`), so a stream starts
+anywhere at the cost of arithmetic, and `callbacks.BackupAndRestore` resumes
+`model.fit` mid-epoch.
+
+Per-example randomness (the `augment` steps) is drawn, with a seed, from
+`(seed, epoch, record)` alone (`Augmentation.seeded`), and a batch
+augmentation's from the batch's records: a resumed stream repeats the
+uninterrupted one's batches exactly. The decoded cache is a
+`decoded_store.DecodedStore`: random access too.
+"""
+
+import tensorflow as tf
+
+from keras_datum import decoding
+from keras_datum import read_guard
+from keras_datum import shard_reader
+
+AUTOTUNE = tf.data.AUTOTUNE
+_NO_END = 2**62
+# The third word of the index shuffle's seed.
+_SALT = 498247692
+
+
+class Epochs(tf.data.Dataset):
+    """A stream whose iterators each hand out one epoch (or, repeating, run
+    on without end), with `steps` batches per epoch as its cardinality.
+
+    `tf.data`'s own count (`assert_cardinality`) would fail the shorter
+    first epoch of a resumed stream; Keras takes the count from here and
+    ends that epoch when the data does (see `callbacks.BackupAndRestore`).
+    """
+
+    def __init__(self, dataset, steps, state):
+        self._dataset = dataset
+        self._steps = steps
+        self.stream_state = state
+        super().__init__(dataset._variant_tensor)
+
+    def _inputs(self):
+        return [self._dataset]
+
+    @property
+    def element_spec(self):
+        return self._dataset.element_spec
+
+    def cardinality(self):
+        return tf.constant(self._steps, tf.int64)
+
+
+def positions(state, num_examples, batch_size, repeat, guard=None):
+    """`(global positions, seed)` batches of one iterator: the global
+    position `g` is `epoch * n + p`. The start is claimed from `state` when
+    the iterator first asks for an element (see `StreamState.claim`), once
+    the cache is checked to be the export the stream was built on (`guard`,
+    see `shard_reader.still_the_export`). Without `repeat` the iterator
+    ends with its epoch (the last batch partial)."""
+    n = num_examples
+
+    def start(_):
+        checks = [] if guard is None else [shard_reader.still_the_export(guard)]
+        with tf.control_dependencies(checks):
+            epoch, offset, seed = tf.numpy_function(
+                state.claim, [], [tf.int64, tf.int64, tf.int64], stateful=True
+            )
+        first = epoch * n + offset
+        stop = tf.constant(_NO_END, tf.int64) if repeat else epoch * n + n
+        seed = tf.reshape(seed, [])
+        return tf.data.Dataset.range(tf.reshape(first, []), tf.reshape(stop, [])).batch(
+            batch_size
+        ).map(lambda g: (g, tf.fill(tf.shape(g), seed)))
+
+    return tf.data.Dataset.from_tensors(0).flat_map(start)
+
+
+def record_ids(global_positions, seeds, num_examples, shuffle):
+    """`(epochs, ids)`: the record each global position hands out."""
+    n = tf.constant(max(num_examples, 1), tf.int64)
+    epochs, places = global_positions // n, global_positions % n
+    if not shuffle:
+        return epochs, places
+    # The raw op: `tf.random.experimental.index_shuffle` pads a matrix of
+    # seeds along the wrong axis.
+    seed = tf.stack([seeds, epochs, tf.fill(tf.shape(seeds), tf.constant(_SALT, tf.int64))], axis=-1)
+    ids = tf.raw_ops.RandomIndexShuffle(
+        index=places, seed=seed, max_index=tf.fill(tf.shape(places), n - 1), rounds=4
+    )
+    return epochs, ids
+
+
+def _places(plan, state):
+    """Batches of places, `(epochs, record ids)`, in the stream's order."""
+    n = plan.table.num_examples
+    return positions(state, n, plan.batch_size, plan.repeat, plan.guard).map(
+        lambda global_positions, seeds: record_ids(global_positions, seeds, n, plan.shuffle)
+    )
+
+
+def read_batches(plan, state):
+    """Batches of records: `(records, segments, indices in the shards,
+    (epochs, ids))`, read with random access in the stream's order."""
+    table = plan.table
+
+    def read(epochs, ids):
+        records, segments, indices = tf.numpy_function(
+            table.read, [ids], [tf.string, tf.int64, tf.int64], stateful=False
+        )
+        for tensor in (records, segments, indices):
+            tensor.set_shape([None])
+        return records, segments, indices, (epochs, ids)
+
+    return _places(plan, state).map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def with_store(decoded, plan, state, store):
+    """Decoded batches `(batch, places)` through the decoded cache `store`:
+    an iterator that starts once every record is in gathers its batches
+    from the store; before that, the decoded batches go in as they pass.
+    The choice is made as an iterator starts, before it claims its epoch."""
+    filling = decoded.map(lambda batch, place: (store.put(batch, place[1]), place))
+    stored = _places(plan, state).map(lambda epochs, ids: (store.get(ids), (epochs, ids)))
+    choice = tf.data.Dataset.from_tensors(0).flat_map(
+        lambda _: tf.data.Dataset.from_tensors(tf.cast(store.complete(), tf.int64)).repeat()
+    )
+    return tf.data.Dataset.choose_from_datasets(
+        [filling, stored], choice, stop_on_empty_dataset=True
+    )
+
+
+def decoded_examples(records, plan, then):
+    """Batches of records -> decoded examples, each `(example, place)`,
+    one at a time, in order; each decode guarded as on the other path (a
+    failing example raises naming it, or is skipped)."""
+    meta, options, split = plan.meta, plan.options, plan.split
+    elements = records.unbatch().map(
+        lambda record, segment, index, place: (record, segment, index, *place)
+    )
+    if meta.in_place:
+        elements = read_guard.labels_checked(elements, meta.json)
+
+    def decode(carried):
+        record, epoch, record_id = carried
+        return then(decoding.decode_example(record, meta, options)), (epoch, record_id)
+
+    packed = elements.map(
+        lambda record, segment, index, epoch, record_id: ((record, epoch, record_id), segment,
+                                                          index)
+    )
+    if plan.on_invalid == "raise":
+        paths = list(plan.table.paths())
+
+        def guard(examples, number):
+            return read_guard.naming_decode(examples, decode, paths, split)
+    else:
+        packed = packed.map(lambda carried, segment, index: carried)
+
+        def guard(examples, number):
+            return read_guard.skipping_decode(examples, decode, split, False, False, number)
+
+    return read_guard.in_blocks(packed, guard)
+
+
+def decoded_batches(records, decode_batch, then):
+    """Batches of raw-pixel records decoded whole (`blocks.batch_decode`):
+    `(batch, places)`, nothing per example."""
+    return records.map(
+        lambda batch, segments, indices, place: (then(decode_batch(batch)), place),
+        num_parallel_calls=AUTOTUNE, deterministic=True,
+    )
