@@ -23,10 +23,17 @@ __all__ = [
     "DatumDataset",
     "InvalidImageError",
     "__version__",
+    "callbacks",
 ]
 
 
+# Public modules, imported on first use too.
+_MODULES = ("callbacks",)
+
+
 def __getattr__(name):
+    if name in _MODULES:
+        return importlib.import_module(f"keras_datum.{name}")
     if name in _PUBLIC:
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
         globals()[name] = value  # Looked up once.
