@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.lib.io import tf_record
 
 from keras_datum import storage
 
@@ -33,7 +34,12 @@ _memo: dict = {}
 
 
 class DamagedShardError(ValueError):
-    """A shard file does not hold the records the metadata says it does."""
+    """A shard file does not hold the records the metadata says it does.
+    (A ValueError: through `tf.numpy_function` it arrives as TensorFlow's
+    InvalidArgumentError, as the sequential reader's checks do.)"""
+
+
+_VERIFY = "Run `keras-datum verify` on the cache, then export again."
 
 
 def _open(path):
@@ -55,14 +61,15 @@ def _scan(path, count, size):
             if len(header) < HEADER_BYTES:
                 raise DamagedShardError(
                     f"Shard {path} is damaged: it holds {index} of its {count} records. "
-                    "Run `keras-datum verify` on the cache, then export again."
+                    f"{_VERIFY}"
                 )
             position += HEADER_BYTES + _LENGTH.unpack_from(header)[0] + FOOTER_BYTES
+            if position > size:
+                break
     if position != size:
         raise DamagedShardError(
-            f"Shard {path} is damaged: its {count} records end at byte {position}, "
-            f"but the file has {size}. Run `keras-datum verify` on the cache, then "
-            "export again."
+            f"Shard {path} is damaged: its {count} records do not fill its {size} bytes. "
+            f"{_VERIFY}"
         )
     offsets[count] = size
     return offsets
@@ -71,8 +78,16 @@ def _scan(path, count, size):
 def offsets(path, count):
     """Where each of the `count` records of shard `path` starts, then the
     file's size (see `_scan`); found once per process for each version of
-    the file."""
-    key = (path, *storage.stat(path), count)
+    the file.
+
+    Raises:
+        DamagedShardError: the file is missing, or its records do not fit
+            its size; the message names it.
+    """
+    try:
+        key = (path, *storage.stat(path), count)
+    except FileNotFoundError:
+        raise DamagedShardError(f"Shard {path} is missing. {_VERIFY}") from None
     with _lock:
         found = _memo.get(key)
     if found is None:
@@ -97,14 +112,18 @@ class RecordTable:
 
     Args:
         segments: `Segment`s, in order.
+        share: `(index, count)`: the table holds only every `count`-th of
+            the records from the `index`-th (one of `count` workers' share),
+            numbered 0.. in order.
     """
 
-    def __init__(self, segments):
+    def __init__(self, segments, share=(0, 1)):
         self.segments = tuple(s for s in segments if s.stop > s.start)
         sizes = [s.stop - s.start for s in self.segments]
-        self.num_examples = int(sum(sizes))
         # The first id of each segment, and n last.
         self._firsts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+        self.share = share
+        self.num_examples = len(range(share[0], int(self._firsts[-1]), share[1]))
 
     @classmethod
     def of_shards(cls, paths, counts):
@@ -115,11 +134,16 @@ class RecordTable:
     def _offsets(self):
         return [offsets(s.path, s.count) for s in self.segments]
 
+    def shared(self, index, count):
+        """This table's share for worker `index` of `count`."""
+        return RecordTable(self.segments, (index, count))
+
     def locate(self, ids):
         """`(segment, index in its shard)` of each of `ids`."""
         ids = np.asarray(ids, np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_examples):
             raise IndexError(f"Record ids must be in [0, {self.num_examples}).")
+        ids = self.share[0] + ids * self.share[1]
         segment = np.searchsorted(self._firsts, ids, side="right") - 1
         starts = np.array([s.start for s in self.segments], np.int64)
         return segment, ids - self._firsts[segment] + starts[segment]
@@ -135,22 +159,26 @@ class RecordTable:
         return records, segment, index
 
     def _read_from(self, number, indices):
+        """Records `indices` of segment `number`, their CRCs checked (by
+        TensorFlow's own reader: one positioned read each)."""
         path = self.segments[number].path
         table = self._offsets[number]
+        try:
+            reader = tf_record.tf_record_random_reader(path)
+        except (tf.errors.NotFoundError, OSError):
+            raise DamagedShardError(f"Shard {path} is missing. {_VERIFY}") from None
         out = []
-        with _open(path) as handle:
-            for index in indices:
-                start, stop = table[index], table[index + 1]
-                handle.seek(int(start))
-                raw = handle.read(int(stop - start))
-                length = _LENGTH.unpack_from(raw)[0] if len(raw) >= 8 else -1
-                if length != stop - start - HEADER_BYTES - FOOTER_BYTES:
-                    raise DamagedShardError(
-                        f"Shard {path} is damaged at record {index}: it changed since it "
-                        "was indexed. Run `keras-datum verify` on the cache, then export "
-                        "again."
-                    )
-                out.append(raw[HEADER_BYTES:-FOOTER_BYTES])
+        for index in indices:
+            try:
+                record, end = reader.read(int(table[index]))
+            except (tf.errors.DataLossError, IndexError):
+                end = -1
+            if end != table[index + 1]:
+                raise DamagedShardError(
+                    f"Shard {path} is damaged at record {index} of its {len(table) - 1}. "
+                    f"{_VERIFY}"
+                )
+            out.append(record)
         return out
 
     def paths(self):

@@ -192,7 +192,7 @@ def test_reading_a_damaged_shard_names_it(tmp_path, cache, folder):
     _flip_a_byte(shard)
     ds = DatumDataset(root, validation_split=None, image_size=(16, 16), reexport="never",
                       cache=cache, cache_dir=cache_dir, verbose=False)
-    with pytest.raises(Exception, match=rf"Shard {re.escape(shard)} is damaged: it yielded \d+ of its 20 records"):
+    with pytest.raises(Exception, match=rf"Shard {re.escape(shard)} is damaged"):
         for _ in ds.train():
             pass
 
