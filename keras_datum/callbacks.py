@@ -68,18 +68,26 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def _find_stream(self):
         if self._dataset is not None:
-            state = getattr(self._dataset, "stream_state", None)
+            state, reason = getattr(self._dataset, "stream_state", None), None
             if state is None:
                 raise ValueError(
                     "`dataset` must be a resumable keras_datum stream (`ds.train()` with "
                     f"shuffling, or `ds.split(...)`). Received: dataset={self._dataset!r}"
                 )
-            return state
-        state = positions.latest_stream()
+        else:
+            state, reason = positions.latest_stream()
         if state is None:
+            why = f" (the last one built reads with {reason})" if reason else ""
             warnings.warn(
-                "BackupAndRestore found no resumable keras_datum stream (ds.train()): "
-                "it restores the weights and the epoch only, as Keras's does.",
+                f"BackupAndRestore found no resumable keras_datum stream{why}: it "
+                "restores the weights and the epoch only, as Keras's does, and a "
+                "restarted run begins its epoch anew.",
+                stacklevel=3,
+            )
+        elif state.limits:
+            warnings.warn(
+                "BackupAndRestore resumes the data order, but not exactly: "
+                + "; ".join(state.limits) + ".",
                 stacklevel=3,
             )
         return state

@@ -13,6 +13,7 @@ from keras_datum import datum_format
 from keras_datum import distribute
 from keras_datum import pipeline
 from keras_datum import problems
+from keras_datum import slicing
 from keras_datum import source_types
 
 # The splits a source folder can have (a datum export may name others).
@@ -66,13 +67,13 @@ class DatumDataset:
         seed: seeds the carve, the write-time shuffle and the read shuffle
             (a non-negative integer).
             Defaults to `None`, which uses a fixed seed for the export (so
-            every process agrees) and an unseeded read shuffle.
+            every process agrees) and a read shuffle seeded afresh (drawn,
+            and saved by `callbacks.BackupAndRestore` so a run resumes).
         shuffle: shuffle `train()` each epoch. Defaults to `True`.
-        shuffle_buffer_size: examples in the read shuffle buffer (encoded
-            ones, or decoded ones with the cache). Splits of small raw-pixel
-            images, batched with nothing per example, shuffle blocks of
-            examples and then permute each window of this many examples.
-            Defaults to `None`: `min(2048, examples in the split)`.
+        shuffle_buffer_size: examples in the read shuffle buffer, for the
+            shuffled splits not read by index (see `train()`): those read
+            by several workers or a tf.data service. Defaults to `None`:
+            `min(2048, examples in the split)`.
         cache_dir: where the export lives, outside the source folder.
             Defaults to `$KERAS_HOME/datum/<folder>-<hash of its absolute
             path>` (`~/.keras` when `KERAS_HOME` is unset), with a hash of
@@ -407,7 +408,7 @@ class DatumDataset:
 
     def _split(self, split, batch_size, shuffle, repeat, seed, augment=None,
                batch_augment=None, pre_batching_callback=None,
-               post_batching_callback=None, data_service=None, preview=False):
+               post_batching_callback=None, data_service=None, preview=False, spec=None):
         seed = config_lib.check_seed(seed)
         config_lib.check_bool("shuffle", shuffle)
         config_lib.check_bool("repeat", repeat)
@@ -427,19 +428,24 @@ class DatumDataset:
         meta = self._metadata(check=check)
         check(meta.problem)
         guard = self._source.guard(meta)
-        meta.split(split)
+        slices = None if spec is None else self._slices(spec, meta, batch_size)
+        if slices is None:
+            meta.split(split)
+        names = (split,) if slices is None else slices.splits
         read, built = augment_lib.read_options_for_split(
-            self._read, self._built_splits, split, augmentations, meta.label_spec, preview
+            self._read, self._built_splits, spec or split, augmentations, meta.label_spec,
+            preview,
         )
         if not preview:  # A preview's switch is its own.
             self._read, self._built_splits = read, built
-        problems.get(meta.problem).check_split(
-            split, meta.splits[split].stats, read, augmentations
-        )
+        for name in names:
+            problems.get(meta.problem).check_split(
+                name, meta.splits[name].stats, read, augmentations
+            )
         seed = runtime.seed if seed is None else seed
         dataset = pipeline.build_split(
-            meta, self.cache_dir, split, read, self._config.runtime, self.strategy,
-            batch_size, augmentations, shuffle=shuffle, repeat=repeat,
+            meta, self.cache_dir, names[0], read, self._config.runtime, self.strategy,
+            batch_size, augmentations, slices=slices, shuffle=shuffle, repeat=repeat,
             seed=augment_lib.read_seed(seed), data_service=data_service, guard=guard,
         )
         for augmentation in augmentations:
@@ -468,6 +474,10 @@ class DatumDataset:
         data_service=None,
     ):
         """The training split as a `tf.data.Dataset` of `(x, y)` batches.
+
+        Shuffled and batched, it is read by index, a permutation of the
+        split per epoch, and `callbacks.BackupAndRestore` resumes it
+        mid-epoch (see docs/resume.md).
 
         `x` is float32 in [0, 255] of shape `(batch, height, width, channels)`,
         as from `keras.utils.image_dataset_from_directory` (the compute dtype
@@ -527,20 +537,48 @@ class DatumDataset:
         """The test split, when the source has one; see `train()`."""
         return self._split("test", batch_size, shuffle, repeat, seed, augment, batch_augment)
 
+    def split(self, spec, *, batch_size="default", shuffle=None, repeat=False, seed=None,
+              augment=None, batch_augment=None):
+        """Slices of splits as TFDS spells them (`"train[:10%]+val"`,
+        `"train[-500:]"`), read as `train()` reads (its arguments): bounds
+        are examples or percents (TFDS's rounding), in the stored order,
+        which the export shuffled. See docs/getting_started.md. The
+        dataset's `num_examples` counts the slice; `file_paths(spec)` names
+        its files.
+
+        Raises:
+            ValueError: the spec does not parse, names no split, or has
+                parts that are empty or overlap; or `batch_size=None`.
+        """
+        shuffle = self._config.runtime.shuffle if shuffle is None else shuffle
+        dataset = self._split(
+            None, batch_size, shuffle, repeat, seed, augment, batch_augment, spec=spec
+        )
+        dataset.num_examples = self._slices(spec, self._metadata(), 0).num_examples
+        return dataset
+
+    def _slices(self, spec, meta, batch_size):
+        if batch_size is None:
+            raise ValueError("split() reads in batches: pass a `batch_size`, not None.")
+        return slicing.parse(spec, meta.num_examples)
+
     def file_paths(self, split):
         """The source file of each example of `split`, in the order that
         `ds.<split>(shuffle=False)` yields them, as Keras's
         `dataset.file_paths`: to match predictions to files. (The order is
         the export's, in which the classes are interleaved: not Keras's.)
-        An example from a JSON or CSV file is `<file>#<id>`.
+        An example from a JSON or CSV file is `<file>#<id>`. `split` may be
+        a slice spec (see `split()`): its files, in the slice's order.
 
         Raises:
             ValueError: no such split, or a datum export, which stores no
                 file names.
         """
         meta = self._metadata()
-        meta.split(split)
-        return self._source.file_paths(meta, split)
+        if split in meta.splits:
+            return self._source.file_paths(meta, split)
+        slices = slicing.parse(split, meta.num_examples)
+        return slices.file_paths(lambda name: self._source.file_paths(meta, name))
 
     # --- Seeing the data ------------------------------------------------
 

@@ -457,22 +457,49 @@ def build(
         data_service=data_service, shard_subset=shard_subset, guard=guard,
         on_invalid=on_invalid, slices=slices,
     )
-    state = None
-    if plan.stream:
-        spec = positions.StreamSpec(
-            split=split_name or split, export=positions.export_identity(meta.json),
-            num_examples=plan.table.num_examples, batch_size=batch_size, replicas=replicas,
-            repeat=repeat, shuffle=shuffle,
-        )
-        state = positions.StreamState(spec, seed)
-    return from_plan(plan, state)
+    return from_plan(plan, _stream_state(plan, split_name or split, replicas))
+
+
+def _stream_state(plan, split_name, replicas):
+    """The `positions.StreamState` of a stream's plan, or None. A shuffled
+    split read otherwise notes why it cannot resume (see `callbacks`)."""
+    if not plan.stream:
+        if plan.shuffle and plan.batch_size is not None:
+            positions.note_unresumable(_why_no_stream(plan))
+        return None
+    spec = positions.StreamSpec(
+        split=split_name, export=positions.export_identity(plan.meta.json),
+        num_examples=plan.table.num_examples, batch_size=plan.batch_size, replicas=replicas,
+        repeat=plan.repeat, shuffle=plan.shuffle,
+    )
+    limits = []
+    if plan.seed is None and (plan.augment is not None or plan.batch_augment is not None):
+        limits.append("augmentation without a seed draws anew after a restart (pass `seed=`)")
+    if plan.table.share[1] > 1:
+        limits.append("on a multi-worker strategy each worker resumes the chief's position")
+    if not plan.problem.batches_in_order(plan.options):
+        limits.append("bucketed batches (`bucket_boundaries`) do not follow the positions")
+    return positions.StreamState(spec, plan.seed, limits)
+
+
+def _why_no_stream(plan):
+    if plan.data_service:
+        return "tf.data service (`data_service=`)"
+    if plan.sharding != read_plan.SHARD_NONE:
+        return "a multi-worker strategy (each worker reads its own shard files)"
+    if plan.cache and not plan.problem.fixed_examples:
+        return f"the decoded cache on {plan.meta.problem} examples (`cache=False` resumes)"
+    return "bucketed batches (`bucket_boundaries`)"
 
 
 def build_split(meta, cache_dir, split, read, runtime, strategy, batch_size, augmentations,
-                **options):
+                slices=None, **options):
     """A split's pipeline on `strategy`: `build` with the dataset's
     `config.RuntimeOptions`, at the global batch size (`batch_size` per
-    replica), each worker's share for a multi-worker strategy."""
+    replica), each worker's share for a multi-worker strategy. With
+    `slices` (a `slicing.Slices`), those slices: the decoded cache when
+    every split they read would get it."""
+    names = (split,) if slices is None else slices.splits
     if batch_size is not None:
         batch_size *= strategy.num_replicas_in_sync
     split_build = functools.partial(
@@ -481,10 +508,12 @@ def build_split(meta, cache_dir, split, read, runtime, strategy, batch_size, aug
         augment=augmentations[0],
         batch_augment=augmentations[1],
         image_dtype=read.image_dtype or distribute.input_dtype(),
-        cache=decoded_cache(runtime, meta, split, read)[0],
+        cache=all(decoded_cache(runtime, meta, name, read)[0] for name in names),
         on_invalid=runtime.on_invalid,
+        replicas=strategy.num_replicas_in_sync,
+        slices=slices,
+        split_name=None if slices is None else slices.spec,
         **options,
     )
-    return distribute.distributed_dataset(
-        strategy, split_build, batch_size, len(meta.splits[split].filled_shards)
-    )
+    num_files = sum(len(meta.splits[name].filled_shards) for name in names)
+    return distribute.distributed_dataset(strategy, split_build, batch_size, num_files)

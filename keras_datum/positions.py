@@ -123,6 +123,9 @@ class StreamSpec:
 
 _streams: "weakref.WeakValueDictionary[int, StreamState]" = weakref.WeakValueDictionary()
 _counter = [0]
+_counter_lock = threading.Lock()
+# The number of the last shuffled split that is no stream, and why.
+_unresumable: list = [0, None]
 
 
 class StreamState:
@@ -135,17 +138,18 @@ class StreamState:
         spec: the stream's `StreamSpec`.
         seed: the stream's seed; None draws one, which is kept (and saved
             with a position), so that the stream can be resumed.
+        limits: what a resumed stream does not repeat exactly, one phrase
+            each (warned about by the callback).
     """
 
-    def __init__(self, spec, seed=None):
+    def __init__(self, spec, seed=None, limits=()):
         self.spec = spec
         self.seed_given = seed is not None
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        self.limits = tuple(limits)
         self._next = Position()
         self._lock = threading.Lock()
-        with self._lock:
-            _counter[0] += 1
-            self.number = _counter[0]
+        self.number = _number()
         _streams[self.number] = self
 
     def claim(self):
@@ -168,10 +172,28 @@ class StreamState:
             return self._next
 
 
+def _number():
+    with _counter_lock:
+        _counter[0] += 1
+        return _counter[0]
+
+
+def note_unresumable(reason):
+    """A shuffled split was just built that is no resumable stream, because
+    of `reason` (for example "tf.data service"): `latest_stream` is None
+    until another stream is built."""
+    _unresumable[:] = [_number(), reason]
+
+
 def latest_stream():
-    """The resumable stream built last that is still alive, or None."""
+    """`(stream, None)`: the resumable stream built last that is still
+    alive; `(None, reason)` when a shuffled split built after it is not
+    resumable (`note_unresumable`); `(None, None)` when there is none."""
     alive = sorted(_streams.items())
-    return alive[-1][1] if alive else None
+    number, reason = _unresumable
+    if alive and alive[-1][0] > number:
+        return alive[-1][1], None
+    return None, reason
 
 
 def live_streams():

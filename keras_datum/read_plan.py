@@ -183,36 +183,27 @@ class ReadPlan:
     ):
         """The plan for one split's pipeline: the arguments are
         `pipeline.build`'s (see there)."""
-        if slices is not None:
-            table = record_index.RecordTable(slices)
-            paths = [s.path for s in table.segments]
-            counts = [s.stop - s.start for s in table.segments]
-        else:
-            paths, counts = shard_reader.shards(meta, cache_dir, split)
-            table = record_index.RecordTable.of_shards(paths, counts)
+        table, paths, counts, shard_subset = _records(meta, cache_dir, split, slices, shard_subset)
         sharding = _sharding(len(paths), shard_subset)
         if sharding == SHARD_BY_FILE:
             index, count = shard_subset
             paths, counts = paths[index::count], counts[index::count]
         by_example = sharding == SHARD_BY_EXAMPLE
-        cache = bool(cache) and not data_service
-        num_examples = sum(counts)
+        problem = problems.get(meta.problem)
+        # Slices are read by index alone; the decoded cache of examples that
+        # vary in size is not.
+        cache = bool(cache) and not data_service and (slices is None or problem.fixed_examples)
+        num_examples = table.num_examples if slices is not None else sum(counts)
         buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
         block = shard_reader.block_records(paths, counts)
-        options = dataclasses.replace(
-            options, stored_images=images.stored_images(meta.splits[split].stats)
+        options, layout = _stored(meta, (split,) if slices is None else slices.splits, options)
+        stream = batch_size is not None and (not cache or problem.fixed_examples) and (
+            slices is not None
+            or (shuffle and sharding == SHARD_NONE and not data_service
+                and problem.batches_in_order(options))
         )
-        layout = blocks.raw_layout(meta, split, options)
-        problem = problems.get(meta.problem)
-        stream = (
-            batch_size is not None
-            and (not cache or problem.fixed_examples)
-            and (
-                slices is not None
-                or (shuffle and sharding == SHARD_NONE and not data_service
-                    and problem.batches_in_order(options))
-            )
-        )
+        if slices is not None and not stream:
+            raise ValueError("Slices of splits are read in batches: pass a `batch_size`.")
         block_path = (
             layout is not None
             and not stream
@@ -264,6 +255,39 @@ class ReadPlan:
             image_dtype=image_dtype, data_service=data_service, shard_policy=shard_policy,
             stream=stream, table=table if stream else None,
         )
+
+
+def _records(meta, cache_dir, split, slices, shard_subset):
+    """`(table, paths, counts, shard_subset)`: the `record_index.RecordTable`
+    of the split (or of `slices`), its shard files and their counts (a
+    slice's segments), and the share for the file reader. A stream reads a
+    worker's share of slices by example, from its table."""
+    if slices is None:
+        paths, counts = shard_reader.shards(meta, cache_dir, split)
+        return record_index.RecordTable.of_shards(paths, counts), paths, counts, shard_subset
+    table = record_index.RecordTable(slices.segments(meta, cache_dir))
+    paths = [s.path for s in table.segments]
+    counts = [s.stop - s.start for s in table.segments]
+    if shard_subset is not None:
+        table = table.shared(*shard_subset)
+    return table, paths, counts, None
+
+
+def _stored(meta, names, options):
+    """`(options, raw layout)`: the read options with what the export stats
+    of the splits `names` say about their stored images, and their
+    `blocks.RawLayout` (each None unless every split agrees)."""
+    options = dataclasses.replace(options, stored_images=_common(
+        images.stored_images(meta.splits[name].stats) for name in names
+    ))
+    return options, _common(blocks.raw_layout(meta, name, options) for name in names)
+
+
+def _common(values):
+    """The value all of `values` share, else None (slices of splits stored
+    otherwise are read as any split)."""
+    values = list(values)
+    return values[0] if all(v == values[0] for v in values) else None
 
 
 def _sharding(num_files, shard_subset):

@@ -49,6 +49,12 @@ MIRRORED_SCRIPT = textwrap.dedent(
         ])
         model.compile("adam", "sparse_categorical_crossentropy")
     history = model.fit(ds.train(), validation_data=ds.val(), epochs=1, verbose=0)
+    sliced = ds.split("train[:50%]+val")
+    model.fit(sliced, epochs=1, verbose=0)
+    slice_replicas = [
+        [int(r.shape[0]) for r in strategy.experimental_local_results(b[0])]
+        for b in strategy.experimental_distribute_dataset(sliced)
+    ]
     # "auto" first used inside a scope takes that strategy while it lasts only.
     auto = DatumDataset(sys.argv[1], image_size=(16, 16), batch_size=4, seed=0, verbose=False)
     with strategy.scope():
@@ -65,6 +71,8 @@ MIRRORED_SCRIPT = textwrap.dedent(
         "replicas_distinct": not np.array_equal(replicas[0], replicas[1]),
         "loss": history.history["loss"][0],
         "val_loss": history.history["val_loss"][0],
+        "slice_replicas": slice_replicas,
+        "slice_examples": sliced.num_examples,
     }))
     """
 )
@@ -86,6 +94,9 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     assert out["replicas_distinct"]
     assert out["loss"] > 0 and out["val_loss"] > 0
     assert (out["auto_in_scope"], out["auto_after"]) == (8, 4)
+    # A slice is shared across the replicas as a whole split is.
+    assert out["slice_replicas"][0] == [4, 4]
+    assert sum(map(sum, out["slice_replicas"])) == out["slice_examples"]
 
 
 JAX_SCRIPT = textwrap.dedent(

@@ -9,6 +9,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 from keras_datum import DatumDataset
@@ -144,6 +145,31 @@ def test_the_backup_names_the_weights_saved_with_it(class_folders, tmp_path):
     assert metadata["keras_datum"]["spec"]["batch_size"] == 4
 
 
+def test_the_callback_names_what_a_resume_does_not_repeat(class_folders, tmp_path):
+    ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=4)
+    train = ds.train(augment=keras.layers.RandomFlip())
+    callback = BackupAndRestore(str(tmp_path / "backup"), dataset=train)
+    callback.set_model(_tiny_model())
+    with pytest.warns(UserWarning, match=r"not exactly: augmentation without a seed"):
+        callback.on_train_begin()
+
+
+def test_the_callback_names_a_split_that_cannot_resume(class_folders, tmp_path):
+    dispatcher = tf.data.experimental.service.DispatchServer(
+        tf.data.experimental.service.DispatcherConfig(port=0)
+    )
+    try:
+        ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=4, seed=1)
+        ds.train()
+        ds.train(data_service=dispatcher.target)
+        callback = BackupAndRestore(str(tmp_path / "backup"))
+        callback.set_model(_tiny_model())
+        with pytest.warns(UserWarning, match=r"no resumable .*tf\.data service"):
+            callback.on_train_begin()
+    finally:
+        dispatcher.stop()
+
+
 # --- Killed and restarted -----------------------------------------------------
 
 
@@ -203,7 +229,8 @@ def _check_exactly_once_per_epoch(steps, count):
 
 CASES = {
     # name: (kill points, script arguments, environment)
-    "tf": ([2, 9, 17], [], {"KERAS_BACKEND": "tensorflow"}),
+    # Early, mid-epoch, at the first epoch's last step, just before the end.
+    "tf": ([2, 9, 6, 17], [], {"KERAS_BACKEND": "tensorflow"}),
     "tfcache": ([9], ["--cache-mode", "on"], {"KERAS_BACKEND": "tensorflow"}),
     "jax": ([11], [], {"KERAS_BACKEND": "jax"}),
     "jaxcache": ([5], ["--cache-mode", "on"], {"KERAS_BACKEND": "jax"}),
