@@ -107,28 +107,31 @@ def _examples_in_order(ds):
             for x, y in ds.train(batch_size=None, shuffle=False)]
 
 
-def _block_path_spy(monkeypatch):
+def _spy(monkeypatch, name="block_batches"):
+    """Notes each call of `blocks.<name>`."""
     used = []
-    original = blocks.block_batches
+    original = getattr(blocks, name)
 
     def spy(*args, **kwargs):
         used.append(True)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(blocks, "block_batches", spy)
+    monkeypatch.setattr(blocks, name, spy)
     return used
 
 
 @pytest.mark.parametrize("cache", [True, False])
-def test_block_path_gives_every_example_once_per_epoch_shuffled(tmp_path, monkeypatch, cache):
+def test_shuffled_raw_pixels_decode_by_batch_each_example_once_per_epoch(
+    tmp_path, monkeypatch, cache
+):
     root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25, "c": 20}, size=(8, 8))
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, cache=cache, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
     # Small blocks and windows, so that a pass has several of each.
     monkeypatch.setattr(shard_reader, "COUNT_BLOCK", 16)
     monkeypatch.setattr(read_plan, "DEFAULT_SHUFFLE_BUFFER", 32)
-    used = _block_path_spy(monkeypatch)
-    train = ds.train(seed=5)
+    used = _spy(monkeypatch, "batch_decode")
+    train = ds.train(seed=5)  # A stream (see streams), decoding whole batches.
     assert used == [True]
     want = sorted(_examples_in_order(ds))  # The per-example path.
     assert len(want) == 75
@@ -140,9 +143,8 @@ def test_block_path_gives_every_example_once_per_epoch_shuffled(tmp_path, monkey
         assert sorted(pairs) == want  # Every example once, with its own label.
         epochs.append(pairs)
     assert epochs[0] != epochs[1] != epochs[2]  # Reshuffled each epoch.
-    # Examples are permuted within windows, not only block by block: some
-    # batch holds examples of two of the reader's 16-example blocks (batches
-    # of 4 cut from whole blocks never would).
+    # Examples are shuffled across the split, not block by block: some
+    # batch holds examples of two 16-example blocks of the stored order.
     block_of = {pair: i // 16 for i, pair in enumerate(_examples_in_order(ds))}
     batches = [epochs[0][i : i + 4] for i in range(0, 72, 4)]
     assert any(len({block_of[pair] for pair in batch}) > 1 for batch in batches)
@@ -155,19 +157,18 @@ def test_block_path_repeats_with_full_batches_and_no_shuffle_keeps_order(tmp_pat
     root = make_class_folders(tmp_path / "src", {"a": 6, "b": 5}, size=(8, 8))
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
                       cache_dir=tmp_path / "cache", verbose=False)
-    used = _block_path_spy(monkeypatch)
+    used = _spy(monkeypatch)
     ordered, sizes = _pairs(ds.train(shuffle=False))
     assert sizes == [4, 4, 3]
     assert ordered == _examples_in_order(ds)
-    repeated, sizes = _pairs(ds.train(repeat=True).take(11))  # 44 examples: 4 epochs.
+    repeated, sizes = _pairs(ds.train(repeat=True, shuffle=False).take(11))  # 4 epochs.
     assert sizes == [4] * 11
     assert sorted(repeated) == sorted(ordered * 4)
     assert used == [True, True]
 
 
-@pytest.mark.parametrize("shuffle", [True, False])
 def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_batches(
-    tmp_path, monkeypatch, shuffle
+    tmp_path, monkeypatch
 ):
     root = make_class_folders(tmp_path / "src", {"a": 30, "b": 25}, size=(8, 8))
     ds = DatumDataset(root, image_size=(8, 8), batch_size=4, validation_split=None,
@@ -184,7 +185,7 @@ def test_last_step_on_windows_made_ahead_gives_the_batches_of_the_last_step_on_b
     monkeypatch.setattr(blocks, "block_batches", spy)
 
     def stream():
-        train = ds.train(seed=7, shuffle=shuffle)
+        train = ds.train(seed=7, shuffle=False)
         batches = [b for _ in range(2) for b in train]
         assert all(x.dtype == "float32" and y.dtype == "int32" for x, y in batches)
         return [(np.asarray(x).tobytes(), np.asarray(y).tobytes()) for x, y in batches]

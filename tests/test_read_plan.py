@@ -37,7 +37,7 @@ def metadata(counts=(40, 40, 40), problem="classification", heights=(8, 8), widt
 
 
 def plan(meta=None, options=None, **kwargs):
-    kwargs = {"batch_size": 4, "shuffle": True, "repeat": False, "seed": None,
+    kwargs = {"batch_size": 4, "shuffle": False, "repeat": False, "seed": None,
               "shuffle_buffer_size": None, **kwargs}
     return ReadPlan.make(meta or metadata(), "/nonexistent-cache", "train",
                          options or ReadOptions(image_size=(8, 8)), **kwargs)
@@ -81,8 +81,8 @@ def test_whole_blocks_still_decode_on_the_per_example_path():
     assert augmented.raw_layout is not None and not augmented.block_path
     assert augmented.from_blocks  # Cached: the reader's blocks as they come.
     assert not augmented.places
-    # Shuffled records are batched again for the decode.
-    assert not plan(augment=augmentation).from_blocks
+    # Shuffled records are read by index (a stream), a batch at a time.
+    assert not plan(augment=augmentation, shuffle=True).from_blocks
     assert plan(augment=augmentation, shuffle=False).from_blocks
     # Shared by example: the same record order on every reader.
     assert not plan(shard_subset=(0, 5), cache=True).from_blocks
@@ -96,7 +96,7 @@ def test_a_failing_example_is_named_only_when_examples_decode_one_by_one():
 
 
 def test_sharding_by_file_when_every_reader_gets_files():
-    first = plan(metadata(counts=(10, 20, 30, 40)), shard_subset=(1, 2))
+    first = plan(metadata(counts=(10, 20, 30, 40)), shard_subset=(1, 2), shuffle=True)
     assert first.sharding == read_plan.SHARD_BY_FILE
     assert first.paths == (
         "/nonexistent-cache/train-00001-of-00004.tfrecord",
@@ -108,7 +108,7 @@ def test_sharding_by_file_when_every_reader_gets_files():
 
 
 def test_sharding_by_example_when_fewer_files_than_readers():
-    shared = plan(metadata(counts=(10, 20)), shard_subset=(2, 3))
+    shared = plan(metadata(counts=(10, 20)), shard_subset=(2, 3), shuffle=True)
     assert shared.sharding == read_plan.SHARD_BY_EXAMPLE
     assert len(shared.paths) == 2 and shared.num_examples == 30  # Every file, every reader.
     assert not shared.whole  # A share of the split: its count is not asserted.
@@ -124,17 +124,17 @@ def test_no_sharding_without_a_shard_subset():
 
 
 def test_a_seed_makes_the_stream_deterministic_and_augmentation_one_thread():
-    seeded = plan(seed=3, batch_augment=augmentation)
+    seeded = plan(seed=3, batch_augment=augmentation, shuffle=True)
     assert seeded.deterministic and seeded.ordered_reads
     assert seeded.augment_calls is None
-    unseeded = plan(batch_augment=augmentation)
+    unseeded = plan(batch_augment=augmentation, shuffle=True)
     assert not unseeded.deterministic and not unseeded.ordered_reads
     assert unseeded.augment_calls == tf.data.AUTOTUNE
     assert plan(shuffle=False).deterministic  # Nothing random to repeat.
 
 
 def test_a_data_service_gets_no_cache_and_no_split_count():
-    served = plan(cache=True, data_service="grpc://dispatcher:5050")
+    served = plan(cache=True, data_service="grpc://dispatcher:5050", shuffle=True)
     assert not served.cache and not served.whole
     assert served.shuffle_files  # Uncached: the files are shuffled.
     assert served.max_blocks is None
@@ -192,3 +192,18 @@ def test_the_plan_carries_the_split_stats_and_is_frozen():
     assert made.problem.batches_itself is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.cache = True  # type: ignore[misc]
+
+
+def test_shuffled_batches_of_a_whole_split_are_read_as_a_resumable_stream():
+    streamed = plan(shuffle=True)
+    assert streamed.stream and streamed.table.num_examples == 120
+    assert not streamed.block_path and not streamed.from_blocks
+    assert plan(shuffle=True, cache=True, augment=augmentation).stream
+    # Read otherwise: in order, unbatched, by several workers or a service,
+    # or the decoded cache of examples that vary in size.
+    assert not plan().stream and plan().table is None
+    assert not plan(shuffle=True, batch_size=None).stream
+    assert not plan(shuffle=True, shard_subset=(0, 2)).stream
+    assert not plan(shuffle=True, data_service="grpc://dispatcher:5050").stream
+    assert not plan(metadata(problem="detection"), shuffle=True, cache=True).stream
+    assert plan(metadata(problem="detection"), shuffle=True).stream
