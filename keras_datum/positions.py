@@ -37,12 +37,17 @@ class Position:
 
 
 def export_identity(metadata_json):
-    """A short hash of what an export holds (its splits' shards and counts,
-    its options and its source), less when it was made."""
+    """A short hash of what an export holds: its splits (shards, counts,
+    class counts, image stats), options, features, classes and the size of
+    its source (files and bytes). Not when it was made, nor the source's
+    modification times: the same files copied to a new machine after a
+    preemption export again to the same records, and resume."""
     held = {
         key: metadata_json.get(key)
-        for key in ("splits", "export_options", "source_fingerprint", "features")
+        for key in ("splits", "export_options", "features", "class_names", "label_spec")
     }
+    source = metadata_json.get("source_fingerprint") or {}
+    held["source"] = [source.get("num_files"), source.get("num_bytes")]
     text = json.dumps(held, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -60,6 +60,19 @@ def test_the_global_batch_counts_every_replica():
     assert positions.advance(positions.Position(), 3, 14, 6, False) == positions.Position(1, 0)
 
 
+def test_the_export_identity_ignores_when_the_files_were_written():
+    meta = {"splits": {"train": {"num_examples": 4}}, "created": "monday",
+            "source_fingerprint": {"digest": "a1", "num_files": 4, "num_bytes": 10}}
+    # The same files copied to a new machine: new modification times.
+    copied = dict(meta, created="tuesday",
+                  source_fingerprint={"digest": "b2", "num_files": 4, "num_bytes": 10})
+    assert positions.export_identity(copied) == positions.export_identity(meta)
+    grown = dict(meta, source_fingerprint={"digest": "c3", "num_files": 5, "num_bytes": 12})
+    assert positions.export_identity(grown) != positions.export_identity(meta)
+    recarved = dict(meta, splits={"train": {"num_examples": 3}})
+    assert positions.export_identity(recarved) != positions.export_identity(meta)
+
+
 def test_stream_spec_names_what_changed():
     spec = positions.StreamSpec("train", "abc", 10, 4, 1, False, True)
     other = positions.StreamSpec("train", "abc", 10, 8, 2, False, True)
