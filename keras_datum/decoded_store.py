@@ -9,6 +9,7 @@ examples of fixed shapes are kept (`storable`): classification and
 segmentation.
 """
 
+import concurrent.futures
 import threading
 
 import numpy as np
@@ -41,15 +42,26 @@ class DecodedStore:
         ]
         self._filled = np.zeros(num_examples, bool)
         self._lock = threading.Lock()
+        # Batches are copied in by one thread of their own, off the read
+        # path: the first write to the reserved rows costs page faults (the
+        # rows of a shuffled batch lie in as many fresh pages as it has
+        # examples), which the first batch of an epoch would otherwise wait
+        # for. One worker keeps the writes in order.
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, "keras_datum_store")
 
-    def _put(self, ids, *fields):
+    def _write(self, ids, fields):
         with self._lock:
             for array, field in zip(self._arrays, fields):
                 array[ids] = field
             self._filled[ids] = True
+
+    def _put(self, ids, *fields):
+        # The tensors' buffers are TensorFlow's only for this call: copies go.
+        self._writer.submit(self._write, np.array(ids), [np.array(f) for f in fields])
         return np.int64(len(ids))
 
     def _complete(self):
+        self._writer.submit(lambda: None).result()  # The writes so far are in.
         with self._lock:
             return np.bool_(self._filled.all())
 

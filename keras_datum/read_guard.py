@@ -79,23 +79,26 @@ GUARD_BLOCK = 128
 _BLOCK_PARALLELISM = os.cpu_count() or 1
 
 
-def in_blocks(dataset, guard):
+def in_blocks(dataset, guard, block=None):
     """`guard(examples, number)` (decodes examples, dropping those that fail)
-    run on blocks of `dataset`'s elements in turn, keeping their order.
+    run on blocks of `dataset`'s elements in turn, keeping their order:
+    blocks of `GUARD_BLOCK` elements, or, with `block`, the elements of
+    `dataset` are blocks already, of at most `block` examples.
 
     The guard's `ignore_errors` then sees only the decodes of its block:
     an error of the reading before them (a missing or damaged shard, a
     cache exported over, a datum export's label) stops the read as it is,
     instead of being dropped with the element it came with.
     """
-    blocks = dataset.batch(GUARD_BLOCK).enumerate()
+    blocks = (dataset.batch(GUARD_BLOCK) if block is None else dataset).enumerate()
     return blocks.interleave(
         lambda number, block: guard(tf.data.Dataset.from_tensor_slices(block), number),
-        cycle_length=2, block_length=GUARD_BLOCK, num_parallel_calls=2, deterministic=True,
+        cycle_length=2, block_length=block or GUARD_BLOCK, num_parallel_calls=2,
+        deterministic=True,
     )
 
 
-def _empty_like(spec):
+def empty_like(spec):
     """A value of the structure `spec` describes, empty where a size is unknown."""
     return tf.nest.map_structure(
         lambda s: tf.zeros([0 if d is None else d for d in s.shape], s.dtype), spec
@@ -106,14 +109,14 @@ def _placeholder(decode, example):
     """A function giving an element of `decode`'s structure (empty where a
     size is unknown): what the end marker of `naming_decode` decodes to."""
     spec = tf.data.Dataset.from_tensors(example).map(decode).element_spec
-    return lambda: _empty_like(spec)
+    return lambda: empty_like(spec)
 
 
 def _numbered(examples, decode, finite):
     """`(record, shard, index)` elements -> `(number, is_end, place of the
     element before, decoded)`, in order; a `finite` stream gets an end
     marker. An element that fails to decode is dropped."""
-    nothing = _empty_like(examples.element_spec[0])
+    nothing = empty_like(examples.element_spec[0])
     placeholder = _placeholder(decode, nothing)
     marked = examples.map(lambda record, shard, index: (record, shard, index, False))
     if finite:

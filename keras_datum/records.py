@@ -133,7 +133,7 @@ def _upb_key_order(a, b):
     return len(b) - len(a)
 
 
-def _masked_crc(data):
+def masked_crc(data):
     crc = google_crc32c.value(data)
     return ((crc >> 15 | crc << 17) + _MASK_DELTA) & 0xFFFFFFFF
 
@@ -164,9 +164,9 @@ class RecordWriter:
         try:
             # Into the file's buffer piece by piece: joining them first
             # would copy the record once more.
-            self._file.write(length + struct.pack("<I", _masked_crc(length)))
+            self._file.write(length + struct.pack("<I", masked_crc(length)))
             self._file.write(record)
-            self._file.write(struct.pack("<I", _masked_crc(record)))
+            self._file.write(struct.pack("<I", masked_crc(record)))
         except OSError as e:
             raise self._naming_path(e) from e
 

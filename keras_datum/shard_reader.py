@@ -129,16 +129,21 @@ def _guarded(files, guard):
 def still_the_export(guard):
     """An op (graph code) that fails, naming the cache, when the cache at
     `guard = (metadata path, export key)` is no longer that export."""
+    message = store.stale_cache_message(os.path.dirname(guard[0]))
+    return tf.debugging.Assert(is_the_export(guard), [message])
+
+
+def is_the_export(guard):
+    """Whether the cache at `guard = (metadata path, export key)` is still
+    that export (graph code)."""
     metadata_path, key = guard
-    message = store.stale_cache_message(os.path.dirname(metadata_path))
     # Missing for a moment while another export commits (two renames): not
     # checked then.
-    same = tf.cond(
+    return tf.cond(
         tf.size(tf.io.matching_files(_literal_pattern(metadata_path))) > 0,
         lambda: tf.equal(store.export_key(tf.io.read_file(metadata_path)), key),
         lambda: tf.constant(True),
     )
-    return tf.debugging.Assert(same, [message])
 
 
 def serialized_blocks(paths, counts, shuffle_files, seed, deterministic, block, guard=None,

@@ -16,11 +16,16 @@ uninterrupted one's batches exactly. The decoded cache is a
 `decoded_store.DecodedStore`: random access too.
 """
 
+import os
+
+import numpy as np
 import tensorflow as tf
 
 from keras_datum import decoding
 from keras_datum import read_guard
+from keras_datum import record_index
 from keras_datum import shard_reader
+from keras_datum import store
 
 AUTOTUNE = tf.data.AUTOTUNE
 _NO_END = 2**62
@@ -55,26 +60,30 @@ class Epochs(tf.data.Dataset):
 
 
 def positions(state, num_examples, batch_size, repeat, guard=None):
-    """`(global positions, seed)` batches of one iterator: the global
-    position `g` is `epoch * n + p`. The start is claimed from `state` when
-    the iterator first asks for an element (see `StreamState.claim`), once
-    the cache is checked to be the export the stream was built on (`guard`,
-    see `shard_reader.still_the_export`). Without `repeat` the iterator
+    """`(global positions, seed, error)` batches of one iterator: the
+    global position `g` is `epoch * n + p`. The start is claimed from
+    `state` when the iterator first asks for an element (see
+    `StreamState.claim`). `error` is empty, or says that the cache is no
+    longer the export the stream was built on (`guard`, see
+    `shard_reader.is_the_export`): errors travel as values up to the guard
+    of the decode (see `decoded_examples`). Without `repeat` the iterator
     ends with its epoch (the last batch partial)."""
     n = num_examples
 
     def start(_):
-        checks = [] if guard is None else [shard_reader.still_the_export(guard)]
-        with tf.control_dependencies(checks):
-            epoch, offset, seed = tf.numpy_function(
-                state.claim, [], [tf.int64, tf.int64, tf.int64], stateful=True
-            )
+        error = tf.constant("")
+        if guard is not None:
+            error = tf.where(shard_reader.is_the_export(guard), error,
+                             store.stale_cache_message(os.path.dirname(guard[0])))
+        epoch, offset, seed = tf.numpy_function(
+            state.claim, [], [tf.int64, tf.int64, tf.int64], stateful=True
+        )
         first = epoch * n + offset
         stop = tf.constant(_NO_END, tf.int64) if repeat else epoch * n + n
         seed = tf.reshape(seed, [])
         return tf.data.Dataset.range(tf.reshape(first, []), tf.reshape(stop, [])).batch(
             batch_size
-        ).map(lambda g: (g, tf.fill(tf.shape(g), seed)))
+        ).map(lambda g: (g, tf.fill(tf.shape(g), seed), error))
 
     return tf.data.Dataset.from_tensors(0).flat_map(start)
 
@@ -95,27 +104,62 @@ def record_ids(global_positions, seeds, num_examples, shuffle):
 
 
 def _places(plan, state):
-    """Batches of places, `(epochs, record ids)`, in the stream's order."""
+    """Batches of places, `(epochs, record ids, error)`, in the stream's order."""
     n = plan.table.num_examples
     return positions(state, n, plan.batch_size, plan.repeat, plan.guard).map(
-        lambda global_positions, seeds: record_ids(global_positions, seeds, n, plan.shuffle)
+        lambda global_positions, seeds, error: (
+            *record_ids(global_positions, seeds, n, plan.shuffle), error
+        )
     )
+
+
+def _reader(table):
+    """`read(ids, error)`: the records `ids` of `table` (see
+    `RecordTable.read`) and the error, given or met (a damaged or missing
+    shard), as a value: then the records are empty."""
+
+    def read(ids, error):
+        if not error:
+            try:
+                return (*table.read(ids), error)
+            except record_index.DamagedShardError as damaged:
+                error = str(damaged).encode()
+        empty = np.zeros(len(ids), np.int64)
+        return np.full(len(ids), b"", object), empty, empty, error
+
+    return read
 
 
 def read_batches(plan, state):
     """Batches of records: `(records, segments, indices in the shards,
-    (epochs, ids))`, read with random access in the stream's order."""
-    table = plan.table
+    (epochs, ids), error)`, read with random access in the stream's order;
+    `error` empty, or why the batch could not be read (see `raised`)."""
+    read = _reader(plan.table)
 
-    def read(epochs, ids):
-        records, segments, indices = tf.numpy_function(
-            table.read, [ids], [tf.string, tf.int64, tf.int64], stateful=False
+    def read_batch(epochs, ids, error):
+        records, segments, indices, error = tf.numpy_function(
+            read, [ids, error], [tf.string, tf.int64, tf.int64, tf.string], stateful=False
         )
         for tensor in (records, segments, indices):
             tensor.set_shape([None])
-        return records, segments, indices, (epochs, ids)
+        return records, segments, indices, (epochs, ids), tf.reshape(error, [])
 
-    return _places(plan, state).map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return _places(plan, state).map(read_batch, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def raised(error):
+    """An op that raises `error` (an InvalidArgumentError) unless it is empty."""
+    return tf.debugging.Assert(tf.equal(error, ""), [error])
+
+
+def _raising(records):
+    """Batches of records that raise their error here, without it."""
+
+    def check(records, segments, indices, place, error):
+        with tf.control_dependencies([raised(error)]):
+            return tf.identity(records), segments, indices, place
+
+    return records.map(check)
 
 
 def with_store(decoded, plan, state, store):
@@ -124,7 +168,12 @@ def with_store(decoded, plan, state, store):
     from the store; before that, the decoded batches go in as they pass.
     The choice is made as an iterator starts, before it claims its epoch."""
     filling = decoded.map(lambda batch, place: (store.put(batch, place[1]), place))
-    stored = _places(plan, state).map(lambda epochs, ids: (store.get(ids), (epochs, ids)))
+
+    def get(epochs, ids, error):
+        with tf.control_dependencies([raised(error)]):
+            return store.get(ids), (epochs, ids)
+
+    stored = _places(plan, state).map(get)
     choice = tf.data.Dataset.from_tensors(0).flat_map(
         lambda _: tf.data.Dataset.from_tensors(tf.cast(store.complete(), tf.int64)).repeat()
     )
@@ -136,40 +185,86 @@ def with_store(decoded, plan, state, store):
 def decoded_examples(records, plan, then):
     """Batches of records -> decoded examples, each `(example, place)`,
     one at a time, in order; each decode guarded as on the other path (a
-    failing example raises naming it, or is skipped)."""
-    meta, options, split = plan.meta, plan.options, plan.split
-    elements = records.unbatch().map(
+    failing example raises naming it, or is skipped and counted).
+
+    Skipping (the default) runs on the stream of examples as it is: the
+    errors of the reading before the decode came as values, so the guard
+    cannot drop them, and they are raised after it. Naming a failing
+    example, or checking a datum export's labels, runs on blocks of a
+    batch each (`read_guard.in_blocks`)."""
+    meta, options = plan.meta, plan.options
+    if plan.on_invalid != "raise" and not meta.in_place:
+        return _skipping(records, plan, then)
+
+    def decode(carried):
+        # A dict: the guard maps over it as one argument.
+        example = decoding.decode_example(carried["record"], meta, options)
+        return then(example), (carried["epoch"], carried["id"])
+
+    elements = _raising(records).map(
         lambda record, segment, index, place: (record, segment, index, *place)
     )
     if meta.in_place:
-        elements = read_guard.labels_checked(elements, meta.json)
-
-    def decode(carried):
-        record, epoch, record_id = carried
-        return then(decoding.decode_example(record, meta, options)), (epoch, record_id)
-
+        elements = read_guard.labels_checked(elements.unbatch(), meta.json).batch(plan.batch_size)
     packed = elements.map(
-        lambda record, segment, index, epoch, record_id: ((record, epoch, record_id), segment,
-                                                          index)
+        lambda record, segment, index, epoch, record_id: (
+            {"record": record, "epoch": epoch, "id": record_id}, segment, index
+        )
     )
     if plan.on_invalid == "raise":
         paths = list(plan.table.paths())
 
         def guard(examples, number):
-            return read_guard.naming_decode(examples, decode, paths, split)
+            return read_guard.naming_decode(examples, decode, paths, plan.split)
     else:
         packed = packed.map(lambda carried, segment, index: carried)
 
         def guard(examples, number):
-            return read_guard.skipping_decode(examples, decode, split, False, False, number)
+            return read_guard.skipping_decode(examples, decode, plan.split, False, False, number)
 
-    return read_guard.in_blocks(packed, guard)
+    return read_guard.in_blocks(packed, guard, plan.batch_size)
+
+
+def _skipping(records, plan, then):
+    """`decoded_examples` skipping what fails to decode, on the stream of
+    examples (no blocks): the first batch waits for its own decodes."""
+    meta, options = plan.meta, plan.options
+
+    def example_of(record):
+        return then(decoding.decode_example(record, meta, options))
+
+    empty = read_guard.empty_like(
+        tf.data.Dataset.from_tensors(tf.constant(b"")).map(example_of).element_spec
+    )
+
+    def decode(carried):
+        # An example whose batch was not read decodes to nothing, and
+        # raises its error once past the guard.
+        example = tf.cond(
+            tf.equal(carried["error"], ""),
+            lambda: example_of(carried["record"]),
+            lambda: empty,
+        )
+        return example, (carried["epoch"], carried["id"]), carried["error"]
+
+    def spread(records, segments, indices, place, error):
+        return {"record": records, "epoch": place[0], "id": place[1],
+                "error": tf.fill(tf.shape(records), error)}
+
+    examples = records.map(spread).unbatch()
+    decoded = read_guard.skipping_decode(examples, decode, plan.split)
+
+    def check(example, place, error):
+        with tf.control_dependencies([raised(error)]):
+            return tf.nest.map_structure(tf.identity, example), place
+
+    return decoded.map(check)
 
 
 def decoded_batches(records, decode_batch, then):
     """Batches of raw-pixel records decoded whole (`blocks.batch_decode`):
     `(batch, places)`, nothing per example."""
-    return records.map(
+    return _raising(records).map(
         lambda batch, segments, indices, place: (then(decode_batch(batch)), place),
         num_parallel_calls=AUTOTUNE, deterministic=True,
     )

@@ -264,3 +264,47 @@ def test_the_guard_never_skips_what_the_reading_before_it_raises(tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*val-.* is missing"):
         for _ in ds.val(batch_size=None):
             pass
+
+
+# A shuffled train() is a stream read by index (see keras_datum/streams.py):
+# the same guarantees.
+
+
+def test_a_stream_names_an_image_that_fails_at_read_time(tmp_path):
+    ds = _dataset(tmp_path / "src", {}, on_invalid="raise")
+    target = _damage_stored_image(ds, "train", 0)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"record \d+ of shard .*train-\d+-of-\d+\.tfrecord "
+                             rf"\(source file {target}\)"):
+        for _ in ds.train():
+            pass
+
+
+def test_a_stream_skips_and_counts_an_image_that_fails_at_read_time(tmp_path):
+    ds = _dataset(tmp_path / "src", {}, validation_split=0.5)
+    _damage_stored_image(ds, "train", -1)
+    train = ds.train(batch_size=2)
+    epochs = []
+    for _ in range(2):
+        with pytest.warns(RuntimeWarning, match="Skipped examples of the train split"):
+            seen = [np.asarray(x).tobytes() for batch, _ in train for x in batch]
+        assert len(seen) == ds.num_examples["train"] - 1  # No second pass.
+        epochs.append(sorted(seen))
+    assert epochs[0] == epochs[1]  # The same examples each epoch.
+    fit_one_epoch(ds, (224, 224, 3))
+
+
+def test_a_stream_never_skips_what_the_reading_before_it_raises(tmp_path):
+    ds = _dataset(tmp_path / "src", {}, validation_split=0.5)
+    shard = os.path.join(ds.cache_dir, ds.info["splits"]["train"]["shards"][0]["file"])
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    with open(shard, "wb") as f:
+        f.write(bytes(data))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*train-.* is damaged"):
+        for _ in ds.train():
+            pass
+    os.remove(shard)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*train-.* is missing"):
+        for _ in ds.train():
+            pass
