@@ -248,21 +248,23 @@ def test_only_images_the_export_cannot_settle_are_decoded_by_tensorflow(tmp_path
     assert decoded == [bad]  # The 8 good JPEGs were settled by the strict decode.
 
 
-def test_the_guard_never_skips_what_the_reading_before_it_raises(tmp_path):
+# The per-example path, and a shuffled train() read by index (a stream).
+@pytest.mark.parametrize("split,read", [("val", {"batch_size": None}), ("train", {})])
+def test_the_guard_never_skips_what_the_reading_before_it_raises(tmp_path, split, read):
     # A missing or damaged shard is named as before, with on_invalid="skip"
     # too: the guard drops only examples whose decode fails.
     ds = _dataset(tmp_path / "src", {}, validation_split=0.5)
-    shard = os.path.join(ds.cache_dir, ds.info["splits"]["val"]["shards"][0]["file"])
+    shard = os.path.join(ds.cache_dir, ds.info["splits"][split]["shards"][0]["file"])
     data = bytearray(open(shard, "rb").read())
     data[len(data) // 2] ^= 0xFF
     with open(shard, "wb") as f:
         f.write(bytes(data))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*val-.* is damaged"):
-        for _ in ds.val(batch_size=None):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"Shard .*{split}-.* is damaged"):
+        for _ in getattr(ds, split)(**read):
             pass
     os.remove(shard)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*val-.* is missing"):
-        for _ in ds.val(batch_size=None):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"Shard .*{split}-.* is missing"):
+        for _ in getattr(ds, split)(**read):
             pass
 
 
@@ -292,19 +294,3 @@ def test_a_stream_skips_and_counts_an_image_that_fails_at_read_time(tmp_path):
         epochs.append(sorted(seen))
     assert epochs[0] == epochs[1]  # The same examples each epoch.
     fit_one_epoch(ds, (224, 224, 3))
-
-
-def test_a_stream_never_skips_what_the_reading_before_it_raises(tmp_path):
-    ds = _dataset(tmp_path / "src", {}, validation_split=0.5)
-    shard = os.path.join(ds.cache_dir, ds.info["splits"]["train"]["shards"][0]["file"])
-    data = bytearray(open(shard, "rb").read())
-    data[len(data) // 2] ^= 0xFF
-    with open(shard, "wb") as f:
-        f.write(bytes(data))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*train-.* is damaged"):
-        for _ in ds.train():
-            pass
-    os.remove(shard)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shard .*train-.* is missing"):
-        for _ in ds.train():
-            pass
