@@ -2,18 +2,20 @@
 
 A stream reads its records in a new order every epoch (see `streams`), so
 its cache must be read in any order too: `DecodedStore` keeps each decoded
-example (uint8 pixels at the target size, its labels) in NumPy arrays, one
-row per record, filled as the examples are decoded. Once every record is
-in, an epoch gathers its batches from the arrays and decodes nothing. Only
-examples of fixed shapes are kept (`storable`): classification and
-segmentation.
-"""
+example (uint8 pixels at the target size, its labels) by record id, filled
+as the examples are decoded. Once every record is in, an epoch gathers its
+batches from it and decodes nothing. Only examples of fixed shapes are kept
+(`storable`): classification and segmentation.
 
-import concurrent.futures
-import threading
+The examples live in TensorFlow hash tables (one per field, each example's
+bytes as a row of int64 words), so that filling and gathering are graph ops:
+no Python, and no lock, on the read path.
+"""
 
 import numpy as np
 import tensorflow as tf
+
+_WORD = 8  # Bytes in an int64 word.
 
 
 def storable(spec):
@@ -23,6 +25,40 @@ def storable(spec):
         isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined()
         for s in tf.nest.flatten(spec)
     )
+
+
+class _Field:
+    """One field of the examples (a fixed shape and dtype) as rows of int64
+    words in a hash table keyed by record id."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self._kept = tf.uint8 if spec.dtype == tf.bool else spec.dtype
+        self._bytes = int(np.prod(spec.shape, dtype=np.int64)) * self._kept.size
+        self._words = -(-self._bytes // _WORD)
+        self.table = tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.int64, default_value=tf.zeros([self._words], tf.int64)
+        )
+
+    def insert(self, ids, values):
+        raw = tf.cast(values, self._kept) if self.spec.dtype == tf.bool else values
+        if self._kept != tf.uint8:
+            raw = tf.bitcast(raw, tf.uint8)
+        raw = tf.reshape(raw, [-1, self._bytes])
+        if self._words * _WORD > self._bytes:
+            raw = tf.pad(raw, [[0, 0], [0, self._words * _WORD - self._bytes]])
+        return self.table.insert(ids, tf.bitcast(tf.reshape(raw, [-1, self._words, _WORD]), tf.int64))
+
+    def lookup(self, ids):
+        raw = tf.reshape(tf.bitcast(self.table.lookup(ids), tf.uint8), [-1, self._words * _WORD])
+        if self._words * _WORD > self._bytes:
+            raw = raw[:, : self._bytes]
+        shape = [-1, *self.spec.shape]
+        if self._kept == tf.uint8:
+            values = tf.reshape(raw, shape)
+        else:
+            values = tf.bitcast(tf.reshape(raw, [*shape, self._kept.size]), self._kept)
+        return tf.cast(values, tf.bool) if self.spec.dtype == tf.bool else values
 
 
 class DecodedStore:
@@ -35,58 +71,21 @@ class DecodedStore:
 
     def __init__(self, num_examples, spec):
         self.spec = spec
-        self._specs = tf.nest.flatten(spec)
-        # Reserved, not touched: memory is taken as examples come in.
-        self._arrays = [
-            np.empty((num_examples, *s.shape), s.dtype.as_numpy_dtype) for s in self._specs
-        ]
-        self._filled = np.zeros(num_examples, bool)
-        self._lock = threading.Lock()
-        # Batches are copied in by one thread of their own, off the read
-        # path: the first write to the reserved rows costs page faults (the
-        # rows of a shuffled batch lie in as many fresh pages as it has
-        # examples), which the first batch of an epoch would otherwise wait
-        # for. One worker keeps the writes in order.
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, "keras_datum_store")
-
-    def _write(self, ids, fields):
-        with self._lock:
-            for array, field in zip(self._arrays, fields):
-                array[ids] = field
-            self._filled[ids] = True
-
-    def _put(self, ids, *fields):
-        # The tensors' buffers are TensorFlow's only for this call: copies go.
-        self._writer.submit(self._write, np.array(ids), [np.array(f) for f in fields])
-        return np.int64(len(ids))
-
-    def _complete(self):
-        self._writer.submit(lambda: None).result()  # The writes so far are in.
-        with self._lock:
-            return np.bool_(self._filled.all())
-
-    def _get(self, ids):
-        with self._lock:
-            return tuple(array[ids] for array in self._arrays)
+        self.num_examples = num_examples
+        self._fields = [_Field(s) for s in tf.nest.flatten(spec)]
 
     def complete(self):
         """A graph op: whether every record is in."""
-        done = tf.numpy_function(self._complete, [], tf.bool, stateful=True)
-        return tf.reshape(done, [])
+        return tf.equal(self._fields[0].table.size(), self.num_examples)
 
     def put(self, batch, ids):
         """`batch` (a structure of batched tensors of `spec`), stored as the
         records `ids`, then passed on."""
         flat = tf.nest.flatten(batch)
-        stored = tf.numpy_function(self._put, [ids, *flat], tf.int64, stateful=True)
-        with tf.control_dependencies([stored]):
+        inserted = [field.insert(ids, values) for field, values in zip(self._fields, flat)]
+        with tf.control_dependencies(inserted):
             return tf.nest.map_structure(tf.identity, batch)
 
     def get(self, ids):
         """The batch of the records `ids`, as `spec` batched."""
-        flat = tf.numpy_function(
-            self._get, [ids], [s.dtype for s in self._specs], stateful=True
-        )
-        for tensor, spec in zip(flat, self._specs):
-            tensor.set_shape([None, *spec.shape])
-        return tf.nest.pack_sequence_as(self.spec, flat)
+        return tf.nest.pack_sequence_as(self.spec, [f.lookup(ids) for f in self._fields])

@@ -59,57 +59,59 @@ class Epochs(tf.data.Dataset):
         return tf.constant(self._steps, tf.int64)
 
 
-def positions(state, num_examples, batch_size, repeat, guard=None):
-    """`(global positions, seed, error)` batches of one iterator: the
-    global position `g` is `epoch * n + p`. The start is claimed from
-    `state` when the iterator first asks for an element (see
-    `StreamState.claim`). `error` is empty, or says that the cache is no
-    longer the export the stream was built on (`guard`, see
-    `shard_reader.is_the_export`): errors travel as values up to the guard
-    of the decode (see `decoded_examples`). Without `repeat` the iterator
-    ends with its epoch (the last batch partial)."""
-    n = num_examples
+def _places(plan, state):
+    """Batches of places, `(epochs, record ids, error)`, of one iterator,
+    in the stream's order. The start is claimed from `state` when the
+    iterator first asks for an element (see `StreamState.claim`). `error`
+    is empty, or says that the cache is no longer the export the stream was
+    built on (`plan.guard`, see `shard_reader.is_the_export`): errors travel
+    as values up to the guard of the decode (see `decoded_examples`).
+    Without `repeat` the iterator ends with its epoch (the last batch
+    partial); with it, the epochs run into each other. (Plain ops, no
+    dataset made per iterator: an epoch's first batch comes at once.)"""
+    n, guard = plan.table.num_examples, plan.guard
 
-    def start(_):
+    def claim(_):
         error = tf.constant("")
         if guard is not None:
             error = tf.where(shard_reader.is_the_export(guard), error,
                              store.stale_cache_message(os.path.dirname(guard[0])))
-        epoch, offset, seed = tf.numpy_function(
-            state.claim, [], [tf.int64, tf.int64, tf.int64], stateful=True
+        epoch, offset, seed = (
+            tf.reshape(value, []) for value in tf.numpy_function(
+                state.claim, [], [tf.int64, tf.int64, tf.int64], stateful=True
+            )
         )
-        first = epoch * n + offset
-        stop = tf.constant(_NO_END, tf.int64) if repeat else epoch * n + n
-        seed = tf.reshape(seed, [])
-        return tf.data.Dataset.range(tf.reshape(first, []), tf.reshape(stop, [])).batch(
-            batch_size
-        ).map(lambda g: (g, tf.fill(tf.shape(g), seed), error))
+        return epoch, epoch, offset, seed, error
 
-    return tf.data.Dataset.from_tensors(0).flat_map(start)
+    claimed = tf.data.Dataset.from_tensors(0).map(claim)
+    if plan.repeat:
+        claimed = claimed.flat_map(
+            lambda epoch, first, offset, seed, error: tf.data.Dataset.range(epoch, _NO_END).map(
+                lambda each: (each, first, offset, seed, error)
+            )
+        )
+
+    def one_epoch(epoch, first, offset, seed, error):
+        ids = epoch_ids(seed, epoch, n, plan.shuffle)[tf.where(epoch == first, offset, 0):]
+        return tf.fill(tf.shape(ids), epoch), ids, tf.fill(tf.shape(ids), error)
+
+    return claimed.map(one_epoch).unbatch().batch(plan.batch_size).map(
+        lambda epochs, ids, errors: (epochs, ids, errors[0])
+    )
 
 
-def record_ids(global_positions, seeds, num_examples, shuffle):
-    """`(epochs, ids)`: the record each global position hands out."""
-    n = tf.constant(max(num_examples, 1), tf.int64)
-    epochs, places = global_positions // n, global_positions % n
-    if not shuffle:
-        return epochs, places
+def epoch_ids(seed, epoch, num_examples, shuffle):
+    """The record ids of an epoch, in the order it reads them: position `p`
+    reads record `index_shuffle(p, (seed, epoch))`, a permutation of the
+    whole split drawn from `(seed, epoch)` alone (or `p`, unshuffled)."""
+    places = tf.range(num_examples, dtype=tf.int64)
+    if not shuffle or num_examples == 0:
+        return places
     # The raw op: `tf.random.experimental.index_shuffle` pads a matrix of
     # seeds along the wrong axis.
-    seed = tf.stack([seeds, epochs, tf.fill(tf.shape(seeds), tf.constant(_SALT, tf.int64))], axis=-1)
-    ids = tf.raw_ops.RandomIndexShuffle(
-        index=places, seed=seed, max_index=tf.fill(tf.shape(places), n - 1), rounds=4
-    )
-    return epochs, ids
-
-
-def _places(plan, state):
-    """Batches of places, `(epochs, record ids, error)`, in the stream's order."""
-    n = plan.table.num_examples
-    return positions(state, n, plan.batch_size, plan.repeat, plan.guard).map(
-        lambda global_positions, seeds, error: (
-            *record_ids(global_positions, seeds, n, plan.shuffle), error
-        )
+    seeds = tf.stack([seed, epoch, tf.constant(_SALT, tf.int64)])
+    return tf.raw_ops.RandomIndexShuffle(
+        index=places, seed=seeds, max_index=tf.constant(num_examples - 1, tf.int64), rounds=4
     )
 
 
@@ -173,10 +175,13 @@ def with_store(decoded, plan, state, store):
         with tf.control_dependencies([raised(error)]):
             return store.get(ids), (epochs, ids)
 
-    stored = _places(plan, state).map(get)
+    stored = _places(plan, state).map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
     choice = tf.data.Dataset.from_tensors(0).flat_map(
         lambda _: tf.data.Dataset.from_tensors(tf.cast(store.complete(), tf.int64)).repeat()
     )
+    # (Both branches' iterators are made with each iterator: making the
+    # filling one lazily, behind a flat_map, stalled the next epoch's first
+    # batch for a second now and then, while the old iterator went.)
     return tf.data.Dataset.choose_from_datasets(
         [filling, stored], choice, stop_on_empty_dataset=True
     )
