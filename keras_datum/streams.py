@@ -232,38 +232,46 @@ def decoded_examples(records, plan, then):
 
 def _skipping(records, plan, then):
     """`decoded_examples` skipping what fails to decode, on the stream of
-    examples (no blocks): the first batch waits for its own decodes."""
+    examples (no blocks): the first batch waits for its own decodes. An
+    epoch ends with a marker, so that a skipped last example is counted."""
     meta, options = plan.meta, plan.options
 
-    def example_of(record):
-        return then(decoding.decode_example(record, meta, options))
-
-    empty = read_guard.empty_like(
-        tf.data.Dataset.from_tensors(tf.constant(b"")).map(example_of).element_spec
-    )
-
     def decode(carried):
-        # An example whose batch was not read decodes to nothing, and
-        # raises its error once past the guard.
+        # An example whose batch was not read (or the end marker) decodes
+        # to nothing; the error is raised once past the guard. (The decode
+        # is traced once: the empty branch, traced after it, takes its spec.)
+        traced = {}
+
+        def read():
+            example = then(decoding.decode_example(carried["record"], meta, options))
+            traced["spec"] = tf.nest.map_structure(tf.TensorSpec.from_tensor, example)
+            return example
+
         example = tf.cond(
-            tf.equal(carried["error"], ""),
-            lambda: example_of(carried["record"]),
-            lambda: empty,
+            tf.equal(carried["error"], "") & tf.logical_not(carried["end"]), read,
+            lambda: read_guard.empty_like(traced["spec"]),
         )
-        return example, (carried["epoch"], carried["id"]), carried["error"]
+        return example, (carried["epoch"], carried["id"]), carried["error"], carried["end"]
 
     def spread(records, segments, indices, place, error):
         return {"record": records, "epoch": place[0], "id": place[1],
-                "error": tf.fill(tf.shape(records), error)}
+                "error": tf.fill(tf.shape(records), error),
+                "end": tf.zeros(tf.shape(records), tf.bool)}
 
     examples = records.map(spread).unbatch()
+    if not plan.repeat:
+        zero = tf.constant(0, tf.int64)
+        examples = examples.concatenate(tf.data.Dataset.from_tensors(
+            {"record": tf.constant(b""), "epoch": zero, "id": zero, "error": tf.constant(""),
+             "end": tf.constant(True)}
+        ))
     decoded = read_guard.skipping_decode(examples, decode, plan.split)
 
-    def check(example, place, error):
+    def check(example, place, error, end):
         with tf.control_dependencies([raised(error)]):
             return tf.nest.map_structure(tf.identity, example), place
 
-    return decoded.map(check)
+    return decoded.filter(lambda example, place, error, end: tf.logical_not(end)).map(check)
 
 
 def decoded_batches(records, decode_batch, then):

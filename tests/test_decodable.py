@@ -287,10 +287,10 @@ def test_a_stream_skips_and_counts_an_image_that_fails_at_read_time(tmp_path):
     _damage_stored_image(ds, "train", -1)
     train = ds.train(batch_size=2)
     epochs = []
-    for _ in range(2):
+    for _ in range(4):  # The damaged one lands last in some epoch: counted too.
         with pytest.warns(RuntimeWarning, match="Skipped examples of the train split"):
             seen = [np.asarray(x).tobytes() for batch, _ in train for x in batch]
         assert len(seen) == ds.num_examples["train"] - 1  # No second pass.
         epochs.append(sorted(seen))
-    assert epochs[0] == epochs[1]  # The same examples each epoch.
+    assert all(epoch == epochs[0] for epoch in epochs)  # The same examples each epoch.
     fit_one_epoch(ds, (224, 224, 3))
