@@ -5,7 +5,7 @@ its cache must be read in any order too: `DecodedStore` keeps each decoded
 example (uint8 pixels at the target size, its labels) by record id, filled
 as the examples are decoded. Once every record is in, an epoch gathers its
 batches from it and decodes nothing. Only examples of fixed shapes are kept
-(`storable`): classification and segmentation.
+(`Problem.fixed_examples`): classification and segmentation.
 
 The examples live in TensorFlow hash tables (one per field, each example's
 bytes as a row of int64 words), so that filling and gathering are graph ops:
@@ -16,15 +16,6 @@ import numpy as np
 import tensorflow as tf
 
 _WORD = 8  # Bytes in an int64 word.
-
-
-def storable(spec):
-    """Whether examples of the element spec `spec` (a structure of
-    `tf.TensorSpec`s, one example's) have fixed shapes."""
-    return all(
-        isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined()
-        for s in tf.nest.flatten(spec)
-    )
 
 
 class _Field:
@@ -66,7 +57,7 @@ class DecodedStore:
 
     Args:
         num_examples: the records of the stream.
-        spec: one example's element spec (see `storable`).
+        spec: one example's element spec, of fixed shapes.
     """
 
     def __init__(self, num_examples, spec):

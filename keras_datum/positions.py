@@ -86,19 +86,14 @@ def advance(position, batches, num_examples, batch_size, repeat):
     return Position(epoch + epoch_more, step * batch_size)
 
 
-def batches_left(position, num_examples, batch_size):
-    """The batches left in `position`'s epoch (without `repeat`)."""
-    return steps_per_epoch(num_examples - position.offset, batch_size)
-
-
 @dataclasses.dataclass(frozen=True)
 class StreamSpec:
     """What a position of a stream means: a saved one may be used again only
-    by a stream of the same spec (see `StreamState.check_spec`).
+    by a stream of the same spec (see `differences`).
 
     Attributes:
         split: the split or slice read (`"train"`, `"train[:10%]+val"`).
-        export: the export's key (its content; see `store.export_key`).
+        export: what the export holds (see `export_identity`).
         num_examples: the examples of one epoch.
         batch_size: the global batch size.
         replicas: the strategy's replicas in sync.
@@ -199,8 +194,3 @@ def latest_stream():
     if alive and alive[-1][0] > number:
         return alive[-1][1], None
     return None, reason
-
-
-def live_streams():
-    """The resumable streams still alive, oldest first."""
-    return [stream for _, stream in sorted(_streams.items())]

@@ -43,7 +43,6 @@ def test_advance_without_repeat_ends_each_epoch_with_its_partial_batch():
     assert positions.advance(start, 7, 10, 4, repeat=False) == positions.Position(2, 4)
     mid = positions.Position(1, 8)
     assert positions.advance(mid, 1, 10, 4, repeat=False) == positions.Position(2, 0)
-    assert positions.batches_left(mid, 10, 4) == 1
 
 
 def test_advance_with_repeat_runs_epochs_into_each_other():
