@@ -57,15 +57,6 @@ def steps_per_epoch(num_examples, batch_size):
     return -(-num_examples // batch_size)
 
 
-def position_at(epoch, step, num_examples, batch_size):
-    """The `Position` of batch `step` of `epoch` (a step past the epoch's
-    last batch is the next epoch's first)."""
-    offset = step * batch_size
-    if offset >= num_examples > 0:
-        return Position(epoch + 1, 0)
-    return Position(epoch, offset)
-
-
 def advance(position, batches, num_examples, batch_size, repeat):
     """The `Position` after `batches` more batches from `position`.
 

@@ -28,13 +28,6 @@ def test_steps_per_epoch_counts_the_partial_last_batch():
     assert positions.steps_per_epoch(0, 4) == 0
 
 
-def test_position_at_maps_steps_to_offsets_and_rolls_over():
-    assert positions.position_at(2, 1, 10, 4) == positions.Position(2, 4)
-    assert positions.position_at(2, 2, 10, 4) == positions.Position(2, 8)
-    # Past the last (partial) batch: the next epoch's start.
-    assert positions.position_at(2, 3, 10, 4) == positions.Position(3, 0)
-
-
 def test_advance_without_repeat_ends_each_epoch_with_its_partial_batch():
     start = positions.Position(0, 0)
     # 10 examples, global batch 4: batches of 4, 4, 2 per epoch.
