@@ -283,13 +283,20 @@ def _finisher(plan, labels_spec):
     return finish
 
 
-def _finished(dataset, plan, labels_spec):
+def _finished(dataset, plan, labels_spec, places=False):
     """The last step (see `_finisher`), unless the block path ran it on its
     windows. Batches of small raw-pixel images cast in a moment: one at a
-    time, ahead of the consumer (the prefetch), holds fewer in memory."""
+    time, ahead of the consumer (the prefetch), holds fewer in memory. With
+    `places`, the elements are `(batch, places)` and lose their places."""
     if plan.early_finish:
-        return dataset
-    return dataset.map(_finisher(plan, labels_spec), num_parallel_calls=plan.finish_calls)
+        return dataset.map(lambda inputs, place: inputs) if places else dataset
+    finish = _finisher(plan, labels_spec)
+    if places:
+        # One function: each costs every iterator (epoch) its instantiation.
+        return dataset.map(
+            lambda inputs, place: finish(inputs), num_parallel_calls=plan.finish_calls
+        )
+    return dataset.map(finish, num_parallel_calls=plan.finish_calls)
 
 
 def _served(dataset, plan):
@@ -325,7 +332,7 @@ def _stream_examples(plan, state):
     """A stream's decoded examples, each `(example, place)` (`place` is
     `(epoch, record id)`, what seeds its augmentation), or batches of them
     (with the decoded cache, or raw pixels decoded whole): `(dataset,
-    batched)`."""
+    batched, store)`, `store` the decoded cache (`None` without)."""
     records = streams.read_batches(plan, state)
     then = _cached_pixels(plan) if plan.cache else decoding.unchanged
     batched = plan.raw_layout is not None
@@ -335,14 +342,14 @@ def _stream_examples(plan, state):
     else:
         decoded = streams.decoded_examples(records, plan, then)
     if not plan.cache:
-        return decoded, batched
+        return decoded, batched, None
     if not batched:
         decoded = decoded.batch(plan.batch_size, num_parallel_calls=AUTOTUNE, deterministic=True)
     spec = tf.nest.map_structure(
         lambda s: tf.TensorSpec(s.shape[1:], s.dtype), decoded.element_spec[0]
     )
     store = decoded_store.DecodedStore(plan.table.num_examples, spec)
-    return streams.with_store(decoded, plan, state, store), True
+    return streams.with_store(decoded, plan, state, store), True, store
 
 
 def _stream_batches(examples, plan, labels_spec):
@@ -365,9 +372,25 @@ def _stream_batches(examples, plan, labels_spec):
 def _stream(plan, state):
     """The resumable stream of `plan` (see `streams`), at `state`'s
     positions."""
-    examples, batched = _stream_examples(plan, state)
+    examples, batched, store = _stream_examples(plan, state)
     labels_spec = examples.element_spec[0].get("labels")
     _reseed(plan)
+    dataset = _stream_tail(examples, batched, plan, labels_spec)
+    stored = None
+    if store is not None:
+        from_store = streams.stored_batches(plan, state, store)
+        stored = (_stream_tail(from_store, True, plan, labels_spec), store)
+    steps = (
+        tf.data.INFINITE_CARDINALITY
+        if plan.repeat
+        else positions.steps_per_epoch(plan.table.num_examples, plan.batch_size)
+    )
+    return streams.Epochs(dataset, steps, state, stored)
+
+
+def _stream_tail(examples, batched, plan, labels_spec):
+    """A stream's (batches of) examples with their places -> the batches
+    `model.fit` takes: augmented, finished, with options and prefetch."""
     if batched and plan.augment is not None:
         examples, batched = examples.unbatch(), False
     batches = examples if batched else _stream_batches(examples, plan, labels_spec)
@@ -375,14 +398,7 @@ def _stream(plan, state):
         batches, plan, plan.batch_augment, labels_spec,
         then=plan.problem.after_batch_augment, places=True,
     )
-    batches = batches.map(lambda inputs, place: inputs)
-    dataset = _with_options(_finished(batches, plan, labels_spec), plan)
-    steps = (
-        tf.data.INFINITE_CARDINALITY
-        if plan.repeat
-        else positions.steps_per_epoch(plan.table.num_examples, plan.batch_size)
-    )
-    return streams.Epochs(dataset, steps, state)
+    return _with_options(_finished(batches, plan, labels_spec, places=True), plan)
 
 
 def from_plan(plan, state=None):

@@ -407,6 +407,20 @@ def guard_of(cache_dir, meta):
     return path, int(export_key(text))
 
 
+def still_the_export(guard):
+    """Whether the cache at `guard = (metadata path, export key)` (see
+    `guard_of`) is still that export: `shard_reader.is_the_export` in
+    Python, for code that runs outside the graph. Missing for a moment
+    while another export commits (two renames): not checked then."""
+    path, key = guard
+    try:
+        with storage.open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return True
+    return int(export_key(tf.constant(text))) == key
+
+
 def resolve_folder(source, cache_dir, variant):
     """The cache folder of `source`: `cache_dir` when given (a link resolved:
     the export replaces the folder by renames, and would rename the link

@@ -24,7 +24,6 @@ import tensorflow as tf
 from keras_datum import decoding
 from keras_datum import read_guard
 from keras_datum import record_index
-from keras_datum import shard_reader
 from keras_datum import store
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -40,13 +39,28 @@ class Epochs(tf.data.Dataset):
     `tf.data`'s own count (`assert_cardinality`) would fail the shorter
     first epoch of a resumed stream; Keras takes the count from here and
     ends that epoch when the data does (see `callbacks.BackupAndRestore`).
+
+    `stored`, with the decoded cache, is `(dataset, store)`: the same
+    stream gathered from the store alone. An eager iterator (`iter()`, as
+    `model.fit` makes one per epoch) takes it once the store is complete,
+    so a cached epoch builds no decoding pipeline; everything else (a
+    distribution strategy's iterators, datasets made from this one) goes
+    through `dataset`, which chooses between the two in the graph.
     """
 
-    def __init__(self, dataset, steps, state):
+    def __init__(self, dataset, steps, state, stored=None):
         self._dataset = dataset
         self._steps = steps
+        self._stored = stored
         self.stream_state = state
         super().__init__(dataset._variant_tensor)
+
+    def __iter__(self):
+        if self._stored is not None and tf.executing_eagerly():
+            dataset, store = self._stored
+            if bool(store.complete()):
+                return iter(dataset)
+        return super().__iter__()
 
     def _inputs(self):
         return [self._dataset]
@@ -60,44 +74,49 @@ class Epochs(tf.data.Dataset):
 
 
 def _places(plan, state):
-    """Batches of places, `(epochs, record ids, error)`, of one iterator,
+    """Batches of places, `(epochs, record ids, errors)`, of one iterator,
     in the stream's order. The start is claimed from `state` when the
-    iterator first asks for an element (see `StreamState.claim`). `error`
-    is empty, or says that the cache is no longer the export the stream was
-    built on (`plan.guard`, see `shard_reader.is_the_export`): errors travel
-    as values up to the guard of the decode (see `decoded_examples`).
-    Without `repeat` the iterator ends with its epoch (the last batch
-    partial); with it, the epochs run into each other. (Plain ops, no
-    dataset made per iterator: an epoch's first batch comes at once.)"""
+    iterator first asks for an element (see `StreamState.claim`). `errors`
+    repeats one string (take `[0]`: batches are never empty): empty, or
+    that the cache is no longer the export the stream was built on
+    (`plan.guard`, see `store.still_the_export`); errors travel as
+    values up to the guard of the decode (see `decoded_examples`). Without
+    `repeat` the iterator ends with its epoch (the last batch partial);
+    with it, the epochs run into each other. (Plain ops, no dataset made
+    per iterator, and few functions, each of which costs an iterator about
+    2 ms to instantiate: an epoch's first batch comes at once.)"""
     n, guard = plan.table.num_examples, plan.guard
 
-    def claim(_):
-        error = tf.constant("")
-        if guard is not None:
-            error = tf.where(shard_reader.is_the_export(guard), error,
-                             store.stale_cache_message(os.path.dirname(guard[0])))
-        epoch, offset, seed = (
-            tf.reshape(value, []) for value in tf.numpy_function(
-                state.claim, [], [tf.int64, tf.int64, tf.int64], stateful=True
-            )
-        )
-        return epoch, epoch, offset, seed, error
+    def claim():
+        # In Python, with the claim: checked in the graph, the export costs
+        # every iterator a few more functions to instantiate.
+        epoch, offset, seed = state.claim()
+        fresh = guard is None or store.still_the_export(guard)
+        error = "" if fresh else store.stale_cache_message(os.path.dirname(guard[0]))
+        return np.int64(epoch), np.int64(offset), np.int64(seed), np.bytes_(error.encode())
 
-    claimed = tf.data.Dataset.from_tensors(0).map(claim)
-    if plan.repeat:
-        claimed = claimed.flat_map(
-            lambda epoch, first, offset, seed, error: tf.data.Dataset.range(epoch, _NO_END).map(
-                lambda each: (each, first, offset, seed, error)
-            )
-        )
+    def claimed():
+        values = tf.numpy_function(claim, [], [tf.int64] * 3 + [tf.string], stateful=True)
+        return tuple(tf.reshape(value, []) for value in values)
 
     def one_epoch(epoch, first, offset, seed, error):
         ids = epoch_ids(seed, epoch, n, plan.shuffle)[tf.where(epoch == first, offset, 0):]
         return tf.fill(tf.shape(ids), epoch), ids, tf.fill(tf.shape(ids), error)
 
-    return claimed.map(one_epoch).unbatch().batch(plan.batch_size).map(
-        lambda epochs, ids, errors: (epochs, ids, errors[0])
-    )
+    def claimed_epoch(_):
+        epoch, offset, seed, error = claimed()
+        return one_epoch(epoch, epoch, offset, seed, error)
+
+    start = tf.data.Dataset.from_tensors(0)
+    if not plan.repeat:
+        epochs = start.map(claimed_epoch)
+    else:
+        epochs = start.map(lambda _: claimed()).flat_map(
+            lambda first, offset, seed, error: tf.data.Dataset.range(first, _NO_END).map(
+                lambda epoch: (epoch, first, offset, seed, error)
+            )
+        ).map(one_epoch)
+    return epochs.unbatch().batch(plan.batch_size)
 
 
 def epoch_ids(seed, epoch, num_examples, shuffle):
@@ -138,9 +157,9 @@ def read_batches(plan, state):
     `error` empty, or why the batch could not be read (see `raised`)."""
     read = _reader(plan.table)
 
-    def read_batch(epochs, ids, error):
+    def read_batch(epochs, ids, errors):
         records, segments, indices, error = tf.numpy_function(
-            read, [ids, error], [tf.string, tf.int64, tf.int64, tf.string], stateful=False
+            read, [ids, errors[0]], [tf.string, tf.int64, tf.int64, tf.string], stateful=False
         )
         for tensor in (records, segments, indices):
             tensor.set_shape([None])
@@ -151,7 +170,9 @@ def read_batches(plan, state):
 
 def raised(error):
     """An op that raises `error` (an InvalidArgumentError) unless it is empty."""
-    return tf.debugging.Assert(tf.equal(error, ""), [error])
+    # The raw op: `tf.debugging.Assert` wraps it in a `cond`, one more
+    # function for every iterator to instantiate.
+    return tf.raw_ops.Assert(condition=tf.equal(error, ""), data=[error], summarize=1)
 
 
 def _raising(records):
@@ -164,18 +185,24 @@ def _raising(records):
     return records.map(check)
 
 
+def stored_batches(plan, state, store):
+    """Batches `(batch, places)` gathered from the complete decoded cache
+    `store`, in the stream's order."""
+
+    def get(epochs, ids, errors):
+        with tf.control_dependencies([raised(errors[0])]):
+            return store.get(ids), (epochs, ids)
+
+    return _places(plan, state).map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
 def with_store(decoded, plan, state, store):
     """Decoded batches `(batch, places)` through the decoded cache `store`:
     an iterator that starts once every record is in gathers its batches
     from the store; before that, the decoded batches go in as they pass.
     The choice is made as an iterator starts, before it claims its epoch."""
     filling = decoded.map(lambda batch, place: (store.put(batch, place[1]), place))
-
-    def get(epochs, ids, error):
-        with tf.control_dependencies([raised(error)]):
-            return store.get(ids), (epochs, ids)
-
-    stored = _places(plan, state).map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
+    stored = stored_batches(plan, state, store)
     choice = tf.data.Dataset.from_tensors(0).flat_map(
         lambda _: tf.data.Dataset.from_tensors(tf.cast(store.complete(), tf.int64)).repeat()
     )

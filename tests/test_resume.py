@@ -13,7 +13,9 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_datum import DatumDataset
+from keras_datum import decoded_store
 from keras_datum import positions
+from keras_datum import streams
 from keras_datum.callbacks import BackupAndRestore
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "resume_script.py")
@@ -94,6 +96,21 @@ def test_a_restored_stream_continues_the_uninterrupted_one(class_folders, cache)
     assert again[1] == full[2]
     # Keras's count stays the whole epoch's.
     assert len(resumed) == len(full[0])
+
+
+def test_an_eager_iterator_reads_a_complete_store_alone():
+    spec = tf.TensorSpec([2], tf.uint8)
+    store = decoded_store.DecodedStore(1, spec)
+    choosing = tf.data.Dataset.from_tensors(tf.constant([1, 1], tf.uint8))
+    stored = tf.data.Dataset.from_tensors(tf.constant([0], tf.int64)).map(
+        lambda ids: store.get(ids)[0]
+    )
+    epochs = streams.Epochs(choosing, 1, state=None, stored=(stored, store))
+    assert [e.numpy().tolist() for e in epochs] == [[1, 1]]  # Not complete yet.
+    store.put(tf.constant([[7, 9]], tf.uint8), tf.constant([0], tf.int64))
+    assert [e.numpy().tolist() for e in epochs] == [[7, 9]]
+    # A dataset made from the stream (a strategy's, say) chooses in the graph.
+    assert [e.numpy().tolist() for e in epochs.map(lambda e: e)] == [[1, 1]]
 
 
 def test_each_epoch_is_a_new_permutation_of_the_split(class_folders):
