@@ -120,17 +120,19 @@ class Augmentation:
             if found:
                 unseeded.append(f"{_name(step)} ({', '.join(found)})")
             before = after
-        if unseeded:
-            self._pending.append(
-                f"With seed={self.seed}, these {self.argument} steps still draw from "
-                f"TensorFlow's global random state or keep state of their own, which "
-                f"the seed cannot restart, so their augmented stream differs from "
-                f"call to call: {'; '.join(unseeded)}. keras.layers.RandomFlip, MixUp, "
-                "CutMix and RandAugment repeat with a seed; pass layers themselves "
-                "(not a function that calls them) so that the seed restarts them. "
-                "Global random ops repeat once keras.utils.set_random_seed has been "
-                "called."
-            )
+        message = (
+            f"With seed={self.seed}, these {self.argument} steps still draw from "
+            f"TensorFlow's global random state or keep state of their own, which "
+            f"the seed cannot restart, so their augmented stream differs from "
+            f"call to call: {'; '.join(unseeded)}. keras.layers.RandomFlip, MixUp, "
+            "CutMix and RandAugment repeat with a seed; pass layers themselves "
+            "(not a function that calls them) so that the seed restarts them. "
+            "Global random ops repeat once keras.utils.set_random_seed has been "
+            "called."
+        )
+        # A pipeline can trace the steps twice (see `pipeline._stream`): once said.
+        if unseeded and message not in self._pending:
+            self._pending.append(message)
         return inputs
 
     def seeded(self, inputs, epoch, key):
