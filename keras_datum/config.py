@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_datum import crop
 from keras_datum import distribute
 from keras_datum import encode as encode_lib
 from keras_datum import images
@@ -289,6 +290,8 @@ class ReadOptions:
         image_dtype: None (the policy's compute dtype) or `"uint8"`.
         stored_images: the split's image statistics from the export (see
             `images.stored_images`), set per split by the read path.
+        random_resized_crop: the fused crop of `train(random_resized_crop=)`
+            (a `crop.RandomResizedCrop`), set per split by the read path.
     """
 
     image_size: tuple[int, int] = (256, 256)
@@ -304,6 +307,7 @@ class ReadOptions:
     max_length: int | None = None
     image_dtype: str | None = None
     stored_images: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    random_resized_crop: crop.RandomResizedCrop | None = None
 
 
 @dataclasses.dataclass(frozen=True)

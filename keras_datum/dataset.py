@@ -9,6 +9,7 @@ import os
 from keras_datum import augment as augment_lib
 from keras_datum import cache
 from keras_datum import config as config_lib
+from keras_datum import crop
 from keras_datum import datum_format
 from keras_datum import distribute
 from keras_datum import pipeline
@@ -408,8 +409,10 @@ class DatumDataset:
 
     def _split(self, split, batch_size, shuffle, repeat, seed, augment=None,
                batch_augment=None, pre_batching_callback=None,
-               post_batching_callback=None, data_service=None, preview=False, spec=None):
+               post_batching_callback=None, data_service=None, preview=False, spec=None,
+               random_resized_crop=None):
         seed = config_lib.check_seed(seed)
+        random_resized_crop = crop.RandomResizedCrop.from_argument(random_resized_crop)
         config_lib.check_bool("shuffle", shuffle)
         config_lib.check_bool("repeat", repeat)
         runtime = self._config.runtime
@@ -427,6 +430,8 @@ class DatumDataset:
         # as it is.
         meta = self._metadata(check=check)
         check(meta.problem)
+        if random_resized_crop is not None and meta.problem == "text":
+            raise ValueError("`random_resized_crop` crops images: this dataset holds text.")
         guard = self._source.guard(meta)
         slices = None if spec is None else self._slices(spec, meta, batch_size)
         if slices is None:
@@ -447,6 +452,7 @@ class DatumDataset:
             meta, self.cache_dir, names[0], read, self._config.runtime, self.strategy,
             batch_size, augmentations, slices=slices, shuffle=shuffle, repeat=repeat,
             seed=augment_lib.read_seed(seed), data_service=data_service, guard=guard,
+            random_resized_crop=random_resized_crop,
         )
         for augmentation in augmentations:
             if augmentation is not None:
@@ -472,6 +478,7 @@ class DatumDataset:
         pre_batching_callback=None,
         post_batching_callback=None,
         data_service=None,
+        random_resized_crop=None,
     ):
         """The training split as a `tf.data.Dataset` of `(x, y)` batches.
 
@@ -512,6 +519,12 @@ class DatumDataset:
                 per epoch (DYNAMIC sharding: every example exactly once per
                 epoch unless a worker dies). The decoded cache is off, and
                 the last batch of each worker may be partial.
+            random_resized_crop: True (torchvision's `RandomResizedCrop`:
+                area in (0.08, 1), aspect ratio in (3/4, 4/3)) or `(scale,
+                ratio)`: each image is decoded within a random window alone,
+                then resized to `image_size` (see docs/performance.md). Its
+                window is drawn from `(seed, epoch, record)`. The decoded
+                cache is off for the split.
 
         Raises:
             TypeError: an augmentation is not a layer or callable.
@@ -524,7 +537,7 @@ class DatumDataset:
         return self._split(
             "train", batch_size, shuffle, repeat, seed,
             augment, batch_augment, pre_batching_callback, post_batching_callback,
-            data_service,
+            data_service, random_resized_crop=random_resized_crop,
         )
 
     def val(self, *, batch_size="default", shuffle=False, repeat=False, seed=None,
@@ -538,7 +551,7 @@ class DatumDataset:
         return self._split("test", batch_size, shuffle, repeat, seed, augment, batch_augment)
 
     def split(self, spec, *, batch_size="default", shuffle=None, repeat=False, seed=None,
-              augment=None, batch_augment=None):
+              augment=None, batch_augment=None, random_resized_crop=None):
         """Slices of splits as TFDS spells them (`"train[:10%]+val"`,
         `"train[-500:]"`), read as `train()` reads (its arguments): bounds
         are examples or percents (TFDS's rounding), in the stored order,
@@ -552,7 +565,8 @@ class DatumDataset:
         """
         shuffle = self._config.runtime.shuffle if shuffle is None else shuffle
         dataset = self._split(
-            None, batch_size, shuffle, repeat, seed, augment, batch_augment, spec=spec
+            None, batch_size, shuffle, repeat, seed, augment, batch_augment, spec=spec,
+            random_resized_crop=random_resized_crop,
         )
         dataset.num_examples = self._slices(spec, self._metadata(), 0).num_examples
         return dataset

@@ -33,17 +33,18 @@ def parse_spec(features):
     return spec
 
 
-def decode_example(serialized, meta, options):
-    """One serialized example -> the problem's KerasCV dict."""
+def decode_example(serialized, meta, options, seed=None):
+    """One serialized example -> the problem's KerasCV dict; `seed`, its
+    crop seed with `options.random_resized_crop` (see `crop`)."""
     if meta.in_place:  # A datum export.
         parsed = datum_format.parse_example(serialized, meta.json)
-        return problems.get(meta.problem).decode(parsed, meta.json, options)
+        return problems.get(meta.problem).decode(parsed, meta.json, options, seed)
     parsed = tf.io.parse_single_example(serialized, parse_spec(meta.features))
     parsed = {
         k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
         for k, v in parsed.items()
     }
-    return problems.get(meta.problem).decode(parsed, meta.json, options)
+    return problems.get(meta.problem).decode(parsed, meta.json, options, seed)
 
 
 def unchanged(inputs):

@@ -5,8 +5,11 @@ the TensorFlow side: the stored feature spec and the graph code that decodes
 and resizes. The problem modules call these; the pipeline does not.
 """
 
+import dataclasses
+
 import tensorflow as tf
 
+from keras_datum import crop
 from keras_datum import encode
 
 CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
@@ -227,5 +230,45 @@ def resize(image, options, method=None):
     return image
 
 
-def decode_and_resize(parsed, options):
-    return resize(decode(parsed, options), options)
+def decode_and_resize(parsed, options, seed=None):
+    """The image at `image_size`: its random-resized-crop window, with
+    `options.random_resized_crop` and the example's `seed` (see
+    `decode_window`), else the whole image."""
+    if options.random_resized_crop is None or seed is None:
+        return resize(decode(parsed, options), options)
+    return resize(decode_window(parsed, options, seed)[0], window_options(options))
+
+
+def decode_window(parsed, options, seed):
+    """`(pixels, window)`: the stored image's random-resized-crop window
+    (`crop.window`, drawn from `seed` on the stored size), uint8. A JPEG
+    is decoded within the window alone (at half scale when the window is
+    large enough: see `crop.decode_jpeg_window`); other images (and RGBA,
+    which libjpeg cannot give) are decoded whole, then cropped."""
+    window = crop.window(
+        parsed["image/height"], parsed["image/width"], options.random_resized_crop, seed
+    )
+    channels = CHANNELS[options.color_mode]
+
+    def whole():
+        # `decode` halves big JPEGs only: a JPEG does not come here.
+        return crop.cropped(decode(parsed, options), window)
+
+    if channels == 4 or "image" not in parsed:
+        return whole(), window
+    pixels = tf.cond(
+        tf.equal(parsed["image/format"], "jpeg"),
+        lambda: crop.decode_jpeg_window(
+            parsed["image"], window, options.image_size, channels, HALF_SCALE_MIN
+        ),
+        whole,
+    )
+    pixels.set_shape([None, None, channels])
+    return pixels, window
+
+
+def window_options(options):
+    """The read options a crop window is resized with: straight to
+    `image_size`, as torchvision's `RandomResizedCrop` (the window already
+    has a ratio near the target's)."""
+    return dataclasses.replace(options, crop_to_aspect_ratio=False, pad_to_aspect_ratio=False)

@@ -340,7 +340,7 @@ def _stream_examples(plan, state):
         decode = blocks.batch_decode(plan.meta, plan.options, plan.raw_layout)
         decoded = streams.decoded_batches(records, decode, then)
     else:
-        decoded = streams.decoded_examples(records, plan, then)
+        decoded = streams.decoded_examples(records, plan, then, state.seed)
     if not plan.cache:
         return decoded, batched, None
     if not batched:
@@ -445,6 +445,7 @@ def build(
     slices=None,
     split_name=None,
     replicas=1,
+    random_resized_crop=None,
 ):
     """The `tf.data.Dataset` of `(x, y)` batches for one split.
 
@@ -460,7 +461,9 @@ def build(
     `count`-th example when there are fewer files than workers). With
     `guard` (see `shard_reader._guarded`), a cache exported over since is
     refused. An example that fails to decode raises naming it, or with
-    `on_invalid="skip"` is skipped and reported (see `read_guard`).
+    `on_invalid="skip"` is skipped and reported (see `read_guard`). With
+    `random_resized_crop` (a `crop.RandomResizedCrop`), each image is
+    decoded within its crop window alone (see `crop`).
 
     What each of these means for the pipeline is decided once, in a
     `read_plan.ReadPlan`; `from_plan` builds it.
@@ -471,7 +474,7 @@ def build(
         shuffle_buffer_size=shuffle_buffer_size, augment=augment, batch_augment=batch_augment,
         image_dtype=image_dtype, shard_policy=shard_policy, cache=cache,
         data_service=data_service, shard_subset=shard_subset, guard=guard,
-        on_invalid=on_invalid, slices=slices,
+        on_invalid=on_invalid, slices=slices, random_resized_crop=random_resized_crop,
     )
     return from_plan(plan, _stream_state(plan, split_name or split, replicas))
 
@@ -491,6 +494,8 @@ def _stream_state(plan, split_name, replicas):
     limits = []
     if plan.seed is None and (plan.augment is not None or plan.batch_augment is not None):
         limits.append("augmentation without a seed draws anew after a restart (pass `seed=`)")
+    if plan.seed is None and plan.options.random_resized_crop is not None:
+        limits.append("`random_resized_crop` without a seed draws anew after a restart")
     if plan.table.share[1] > 1:
         limits.append("on a multi-worker strategy each worker resumes the chief's position")
     if not plan.problem.batches_in_order(plan.options):

@@ -179,7 +179,7 @@ class ReadPlan:
         cls, meta, cache_dir, split, options, *, batch_size, shuffle, repeat, seed,
         shuffle_buffer_size, augment=None, batch_augment=None, image_dtype="float32",
         shard_policy=None, cache=False, data_service=None, shard_subset=None, guard=None,
-        on_invalid="raise", slices=None,
+        on_invalid="raise", slices=None, random_resized_crop=None,
     ):
         """The plan for one split's pipeline: the arguments are
         `pipeline.build`'s (see there)."""
@@ -192,18 +192,29 @@ class ReadPlan:
         problem = problems.get(meta.problem)
         # Slices are read by index alone; the decoded cache of examples that
         # vary in size is not.
-        cache = bool(cache) and not data_service and (slices is None or problem.fixed_examples)
+        # The decoded cache holds images at the target size: a crop window
+        # is cut from the stored image, so the fused crop turns it off.
+        cache = (
+            bool(cache) and not data_service and random_resized_crop is None
+            and (slices is None or problem.fixed_examples)
+        )
         num_examples = table.num_examples if slices is not None else sum(counts)
         buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
         block = shard_reader.block_records(paths, counts)
         options, layout = _stored(meta, (split,) if slices is None else slices.splits, options)
+        if random_resized_crop is not None:
+            # Each window is decoded on its own: no whole-batch decoding.
+            options = dataclasses.replace(options, random_resized_crop=random_resized_crop)
+            layout = None
         stream = batch_size is not None and (not cache or problem.fixed_examples) and (
             slices is not None
-            or (shuffle and sharding == SHARD_NONE and not data_service
-                and problem.batches_in_order(options))
+            or ((shuffle or random_resized_crop is not None) and sharding == SHARD_NONE
+                and not data_service and problem.batches_in_order(options))
         )
         if slices is not None and not stream:
             raise ValueError("Slices of splits are read in batches: pass a `batch_size`.")
+        if random_resized_crop is not None and not stream:
+            raise ValueError(_crop_refused(batch_size, sharding, data_service))
         block_path = (
             layout is not None
             and not stream
@@ -271,6 +282,24 @@ def _records(meta, cache_dir, split, slices, shard_subset):
     if shard_subset is not None:
         table = table.shared(*shard_subset)
     return table, paths, counts, None
+
+
+def _crop_refused(batch_size, sharding, data_service):
+    """Why `random_resized_crop` cannot be read: it draws each window from
+    `(seed, epoch, record)`, which only a stream (see `streams`) knows."""
+    if batch_size is None:
+        why = "unbatched reads (`batch_size=None`)"
+    elif data_service:
+        why = "tf.data service (`data_service=`)"
+    elif sharding != SHARD_NONE:
+        why = "a multi-worker strategy (each worker reads its own shard files)"
+    else:
+        why = "bucketed batches (`bucket_boundaries`)"
+    return (
+        "`random_resized_crop` draws each window from (seed, epoch, record) on the read "
+        f"by index, which {why} do not take; read without it and crop with a layer in "
+        "`augment=` (keras_cv's RandomCropAndResize, say)."
+    )
 
 
 def _stored(meta, names, options):

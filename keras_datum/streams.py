@@ -21,6 +21,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from keras_datum import crop
 from keras_datum import decoding
 from keras_datum import read_guard
 from keras_datum import record_index
@@ -214,7 +215,21 @@ def with_store(decoded, plan, state, store):
     )
 
 
-def decoded_examples(records, plan, then):
+def _decoder(plan, seed):
+    """`decode(carried)`: one carried record decoded, its crop window (with
+    `random_resized_crop`) drawn from `(seed, epoch, record id)`."""
+    meta, options = plan.meta, plan.options
+
+    def decode(carried):
+        window_seed = None
+        if options.random_resized_crop is not None:
+            window_seed = crop.seed_of(seed, carried["epoch"], carried["id"])
+        return decoding.decode_example(carried["record"], meta, options, window_seed)
+
+    return decode
+
+
+def decoded_examples(records, plan, then, seed):
     """Batches of records -> decoded examples, each `(example, place)`,
     one at a time, in order; each decode guarded as on the other path (a
     failing example raises naming it, or is skipped and counted).
@@ -223,15 +238,16 @@ def decoded_examples(records, plan, then):
     errors of the reading before the decode came as values, so the guard
     cannot drop them, and they are raised after it. Naming a failing
     example, or checking a datum export's labels, runs on blocks of a
-    batch each (`read_guard.in_blocks`)."""
-    meta, options = plan.meta, plan.options
+    batch each (`read_guard.in_blocks`). `seed`: the stream's, which
+    the crop windows are drawn from."""
+    meta = plan.meta
     if plan.on_invalid != "raise" and not meta.in_place:
-        return _skipping(records, plan, then)
+        return _skipping(records, plan, then, seed)
+    decoder = _decoder(plan, seed)
 
     def decode(carried):
         # A dict: the guard maps over it as one argument.
-        example = decoding.decode_example(carried["record"], meta, options)
-        return then(example), (carried["epoch"], carried["id"])
+        return then(decoder(carried)), (carried["epoch"], carried["id"])
 
     elements = _raising(records).map(
         lambda record, segment, index, place: (record, segment, index, *place)
@@ -257,11 +273,11 @@ def decoded_examples(records, plan, then):
     return read_guard.in_blocks(packed, guard, plan.batch_size)
 
 
-def _skipping(records, plan, then):
+def _skipping(records, plan, then, seed):
     """`decoded_examples` skipping what fails to decode, on the stream of
     examples (no blocks): the first batch waits for its own decodes. An
     epoch ends with a marker, so that a skipped last example is counted."""
-    meta, options = plan.meta, plan.options
+    decoder = _decoder(plan, seed)
 
     def decode(carried):
         # An example whose batch was not read (or the end marker) decodes
@@ -270,7 +286,7 @@ def _skipping(records, plan, then):
         traced = {}
 
         def read():
-            example = then(decoding.decode_example(carried["record"], meta, options))
+            example = then(decoder(carried))
             traced["spec"] = tf.nest.map_structure(tf.TensorSpec.from_tensor, example)
             return example
 

@@ -83,9 +83,11 @@ class Problem:
         """
         raise NotImplementedError
 
-    def decode(self, parsed, info, options):
+    def decode(self, parsed, info, options, seed=None):
         """The KerasCV-style dict (`{"images": ..., "labels": ...}`) of one
-        parsed example (graph code)."""
+        parsed example (graph code). `seed`: the example's crop seed, with
+        `options.random_resized_crop` (see `crop`); image problems decode
+        its window then."""
         raise NotImplementedError
 
     def to_keras(self, inputs):

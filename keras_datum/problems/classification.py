@@ -351,9 +351,9 @@ def encode(record, options):
     return features, stats
 
 
-def decode(parsed, info, options):
+def decode(parsed, info, options, seed=None):
     """Builds the KerasCV dict for one parsed example (graph code)."""
-    inputs = {"images": images.decode_and_resize(parsed, options)}
+    inputs = {"images": images.decode_and_resize(parsed, options, seed)}
     return labels.with_labels(inputs, parsed, info, options)
 
 

@@ -10,6 +10,7 @@ import math
 
 import tensorflow as tf
 
+from keras_datum import crop
 from keras_datum import images
 from keras_datum import notices
 from keras_datum.problems import base
@@ -181,10 +182,20 @@ def check_split(split, split_info, options, augmentations):
         )
 
 
-def decode(parsed, info, options):
-    """Image resized to `image_size` and its boxes, moved with the pixels."""
-    image = images.decode(parsed, options)
+def decode(parsed, info, options, seed=None):
+    """Image resized to `image_size` and its boxes, moved with the pixels;
+    with a crop `seed`, the image's window (see `images.decode_window`)
+    and the boxes moved into it, those left outside dropped."""
     boxes = tf.reshape(parsed["objects/boxes"], [-1, 4])
+    classes = tf.cast(parsed["objects/classes"], tf.float32)
+    if options.random_resized_crop is not None and seed is not None:
+        image, window = images.decode_window(parsed, options, seed)
+        boxes, classes = crop.moved_boxes(
+            boxes, classes, parsed["image/height"], parsed["image/width"], window
+        )
+        options = images.window_options(options)
+    else:
+        image = images.decode(parsed, options)
     if options.pad_to_aspect_ratio:
         shape = tf.shape(image)
         target_height, target_width = options.image_size
@@ -203,7 +214,6 @@ def decode(parsed, info, options):
         target=options.bounding_box_format,
         image_shape=(*options.image_size, 3),
     )
-    classes = tf.cast(parsed["objects/classes"], tf.float32)
     key = options.bounding_box_class_key
     return {"images": resized, "bounding_boxes": {"boxes": boxes, key: classes}}
 

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
+from keras_datum import crop
 from keras_datum import encode as encode_lib
 from keras_datum import errors
 from keras_datum import images
@@ -310,10 +311,18 @@ def resize_mask(mask, options):
     return tf.where(resized < 0, IGNORE_LABEL, resized)
 
 
-def decode(parsed, info, options):
+def decode(parsed, info, options, seed=None):
+    """The image and its mask at `image_size`; with a crop `seed`, both
+    cut to the image's window (see `images.decode_window`)."""
     mask = tf.io.decode_png(parsed["mask"], channels=1)
+    if options.random_resized_crop is None or seed is None:
+        image = images.decode_and_resize(parsed, options)
+    else:
+        pixels, window = images.decode_window(parsed, options, seed)
+        options = images.window_options(options)
+        image, mask = images.resize(pixels, options), crop.cropped(mask, window)
     return {
-        "images": images.decode_and_resize(parsed, options),
+        "images": image,
         "segmentation_masks": tf.cast(resize_mask(mask, options), tf.float32),
     }
 

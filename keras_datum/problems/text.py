@@ -228,7 +228,7 @@ def _cut(text, options):
     return tf.strings.substr(text, 0, options.max_length)
 
 
-def decode(parsed, info, options):
+def decode(parsed, info, options, seed=None):
     return labels.with_labels({"text": _cut(parsed["text"], options)}, parsed, info, options)
 
 
