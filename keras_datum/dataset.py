@@ -16,12 +16,10 @@ from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import slicing
 from keras_datum import source_types
-
-# The splits a source folder can have (a datum export may name others).
-_SPLITS = ("train", "val", "test")
+from keras_datum import visualize
 
 
-class DatumDataset:
+class DatumDataset(visualize.DatasetViews):
     """A folder of images as validated, cached TFRecords, ready for `model.fit`.
 
     Creating a `DatumDataset` only checks its arguments. The first call that
@@ -593,72 +591,6 @@ class DatumDataset:
             return self._source.file_paths(meta, split)
         slices = slicing.parse(split, meta.num_examples)
         return slices.file_paths(lambda name: self._source.file_paths(meta, name))
-
-    # --- Seeing the data ------------------------------------------------
-
-    def preview(
-        self,
-        split="train",
-        *,
-        augment=None,
-        batch_augment=None,
-        num_images=16,
-        columns=4,
-        path=None,
-        seed=None,
-    ):
-        """Draws a grid of samples after augmentation, captioned by class.
-
-        Args:
-            split: `"train"`, `"val"` or `"test"`. Defaults to `"train"`.
-            augment: per-example augmentation to show (see `train()`).
-            batch_augment: per-batch augmentation to show (MixUp shows the
-                mixed classes with their weights).
-            num_images: how many samples. Defaults to 16.
-            columns: grid columns. Defaults to 4.
-            path: when given, the figure is saved there (PNG by extension).
-            seed: seeds the shuffle and augmentation of the samples.
-
-        Returns:
-            The `matplotlib.figure.Figure`; in a notebook it displays inline
-            as the cell's last expression (or with `display(...)`).
-        """
-        from keras_datum import visualize
-
-        # Everything that can be checked without the cache, before it is made.
-        visualize.check_preview_arguments(num_images, columns, path)
-        config_lib.check_seed(seed)
-        augment_lib.resolve(augment, batch_augment, None, None)
-        if not self._source.in_place and split not in _SPLITS:
-            raise ValueError(
-                f"`split` must be one of {list(_SPLITS)}. Received: split={split!r}"
-            )
-        if self._metadata().problem == problems.text.NAME:
-            raise ValueError(
-                "preview() draws images; for a text dataset look at "
-                "`list(ds.train(batch_size=None).take(5))` instead."
-            )
-        batch = max(2, num_images) if batch_augment is not None else None
-        dataset = self._split(
-            split, batch, split == "train", False, seed, augment, batch_augment, preview=True
-        )
-        figure = visualize.preview_figure(
-            dataset if batch is None else dataset.unbatch(), self.class_names or [],
-            num_images=num_images, columns=columns,
-            box_format=self._read.bounding_box_format,
-        )
-        if path is not None:
-            figure.savefig(path, dpi=80)
-        return figure
-
-    def summary(self, print_fn=print):
-        """Prints (and returns) a dataset card: classes, counts, sizes, invalid files."""
-        from keras_datum import visualize
-
-        text = visualize.summary_text(self.info, self.invalid_files)
-        if print_fn is not None:
-            print_fn(text)
-        return text
 
     def __repr__(self):
         return f"DatumDataset({self.source!r}, cache_dir={self.cache_dir!r})"

@@ -5,7 +5,12 @@ import os
 
 import numpy as np
 
+from keras_datum import augment as augment_lib
 from keras_datum import config
+from keras_datum import problems
+
+# The splits a source folder can have (a datum export may name others).
+SPLITS = ("train", "val", "test")
 
 
 def check_preview_arguments(num_images, columns, path):
@@ -178,3 +183,68 @@ def summary_text(meta, invalid_files):
     for entry in invalid_files:
         lines.append(f"    {entry['split']}/{entry['file']}: {entry['reason']}")
     return "\n".join(lines)
+
+
+class DatasetViews:
+    """The `DatumDataset` methods that show its data: a grid of samples and
+    a dataset card (a base class of `DatumDataset`, which they read)."""
+
+    def preview(
+        self,
+        split="train",
+        *,
+        augment=None,
+        batch_augment=None,
+        num_images=16,
+        columns=4,
+        path=None,
+        seed=None,
+    ):
+        """Draws a grid of samples after augmentation, captioned by class.
+
+        Args:
+            split: `"train"`, `"val"` or `"test"`. Defaults to `"train"`.
+            augment: per-example augmentation to show (see `train()`).
+            batch_augment: per-batch augmentation to show (MixUp shows the
+                mixed classes with their weights).
+            num_images: how many samples. Defaults to 16.
+            columns: grid columns. Defaults to 4.
+            path: when given, the figure is saved there (PNG by extension).
+            seed: seeds the shuffle and augmentation of the samples.
+
+        Returns:
+            The `matplotlib.figure.Figure`; in a notebook it displays inline
+            as the cell's last expression (or with `display(...)`).
+        """
+        # Everything that can be checked without the cache, before it is made.
+        check_preview_arguments(num_images, columns, path)
+        config.check_seed(seed)
+        augment_lib.resolve(augment, batch_augment, None, None)
+        if not self._source.in_place and split not in SPLITS:
+            raise ValueError(
+                f"`split` must be one of {list(SPLITS)}. Received: split={split!r}"
+            )
+        if self._metadata().problem == problems.text.NAME:
+            raise ValueError(
+                "preview() draws images; for a text dataset look at "
+                "`list(ds.train(batch_size=None).take(5))` instead."
+            )
+        batch = max(2, num_images) if batch_augment is not None else None
+        dataset = self._split(
+            split, batch, split == "train", False, seed, augment, batch_augment, preview=True
+        )
+        figure = preview_figure(
+            dataset if batch is None else dataset.unbatch(), self.class_names or [],
+            num_images=num_images, columns=columns,
+            box_format=self._read.bounding_box_format,
+        )
+        if path is not None:
+            figure.savefig(path, dpi=80)
+        return figure
+
+    def summary(self, print_fn=print):
+        """Prints (and returns) a dataset card: classes, counts, sizes, invalid files."""
+        text = summary_text(self.info, self.invalid_files)
+        if print_fn is not None:
+            print_fn(text)
+        return text
