@@ -44,11 +44,10 @@ def _torchvision_window(rng, height, width, scale=(0.08, 1.0), ratio=(3 / 4, 4 /
 
 def _ours(height, width, count, crop_options=DEFAULT):
     seeds = tf.stack([tf.zeros([count], tf.int64), tf.range(count, dtype=tf.int64)], axis=1)
-    windows = tf.map_fn(
-        lambda seed: crop.window(height, width, crop_options, seed), seeds,
-        fn_output_signature=tf.int32,
-    )
-    return windows.numpy()
+    windows = tf.data.Dataset.from_tensor_slices(seeds).map(
+        lambda seed: crop.window(height, width, crop_options, seed)
+    ).batch(count)
+    return next(iter(windows)).numpy()
 
 
 def _ks(a, b):
