@@ -191,9 +191,8 @@ class ReadPlan:
         by_example = sharding == SHARD_BY_EXAMPLE
         problem = problems.get(meta.problem)
         # Slices are read by index alone; the decoded cache of examples that
-        # vary in size is not.
-        # The decoded cache holds images at the target size: a crop window
-        # is cut from the stored image, so the fused crop turns it off.
+        # vary in size is not. The fused crop cuts windows from the stored
+        # image: the cache (at the target size) is off.
         cache = (
             bool(cache) and not data_service and random_resized_crop is None
             and (slices is None or problem.fixed_examples)
@@ -201,20 +200,11 @@ class ReadPlan:
         num_examples = table.num_examples if slices is not None else sum(counts)
         buffer = shuffle_buffer_size or min(DEFAULT_SHUFFLE_BUFFER, max(1, num_examples))
         block = shard_reader.block_records(paths, counts)
-        options, layout = _stored(meta, (split,) if slices is None else slices.splits, options)
-        if random_resized_crop is not None:
-            # Each window is decoded on its own: no whole-batch decoding.
-            options = dataclasses.replace(options, random_resized_crop=random_resized_crop)
-            layout = None
-        stream = batch_size is not None and (not cache or problem.fixed_examples) and (
-            slices is not None
-            or ((shuffle or random_resized_crop is not None) and sharding == SHARD_NONE
-                and not data_service and problem.batches_in_order(options))
+        options, layout = _stored(
+            meta, (split,) if slices is None else slices.splits, options, random_resized_crop
         )
-        if slices is not None and not stream:
-            raise ValueError("Slices of splits are read in batches: pass a `batch_size`.")
-        if random_resized_crop is not None and not stream:
-            raise ValueError(_crop_refused(batch_size, sharding, data_service))
+        stream = _is_stream(problem, options, batch_size, cache, slices, shuffle, sharding,
+                            data_service)
         block_path = (
             layout is not None
             and not stream
@@ -284,6 +274,23 @@ def _records(meta, cache_dir, split, slices, shard_subset):
     return table, paths, counts, None
 
 
+def _is_stream(problem, options, batch_size, cache, slices, shuffle, sharding, data_service):
+    """Whether the split is read as a resumable stream (see `streams`): a
+    shuffled batched read on one worker, and every read of slices or with
+    the fused crop, which need one (refused otherwise, saying why)."""
+    crop = options.random_resized_crop
+    stream = batch_size is not None and (not cache or problem.fixed_examples) and (
+        slices is not None
+        or ((shuffle or crop is not None) and sharding == SHARD_NONE
+            and not data_service and problem.batches_in_order(options))
+    )
+    if slices is not None and not stream:
+        raise ValueError("Slices of splits are read in batches: pass a `batch_size`.")
+    if crop is not None and not stream:
+        raise ValueError(_crop_refused(batch_size, sharding, data_service))
+    return stream
+
+
 def _crop_refused(batch_size, sharding, data_service):
     """Why `random_resized_crop` cannot be read: it draws each window from
     `(seed, epoch, record)`, which only a stream (see `streams`) knows."""
@@ -302,13 +309,16 @@ def _crop_refused(batch_size, sharding, data_service):
     )
 
 
-def _stored(meta, names, options):
+def _stored(meta, names, options, random_resized_crop=None):
     """`(options, raw layout)`: the read options with what the export stats
-    of the splits `names` say about their stored images, and their
-    `blocks.RawLayout` (each None unless every split agrees)."""
+    of the splits `names` say about their stored images (and the fused
+    crop), and their `blocks.RawLayout` (each None unless every split
+    agrees; None with the crop: each window is decoded on its own)."""
     options = dataclasses.replace(options, stored_images=_common(
         images.stored_images(meta.splits[name].stats) for name in names
-    ))
+    ), random_resized_crop=random_resized_crop)
+    if random_resized_crop is not None:
+        return options, None
     return options, _common(blocks.raw_layout(meta, name, options) for name in names)
 
 
