@@ -269,3 +269,12 @@ def test_png_windows_are_cut_from_the_whole_image(tmp_path):
     top, left, h, w = crop.window(50, 70, DEFAULT, crop.seed_of(seed, 0, 0)).numpy()
     expected = tf.image.resize(pixels[top : top + h, left : left + w], (10, 10)).numpy()
     np.testing.assert_allclose(x.numpy()[0], expected, atol=1e-3)
+
+
+def test_each_refusal_says_which_read_cannot_draw_windows():
+    from keras_datum import read_plan
+
+    assert "unbatched" in read_plan._crop_refused(None, read_plan.SHARD_NONE, None)
+    assert "tf.data service" in read_plan._crop_refused(32, read_plan.SHARD_NONE, "grpc://h:1")
+    assert "multi-worker" in read_plan._crop_refused(32, read_plan.SHARD_BY_FILE, None)
+    assert "bucketed" in read_plan._crop_refused(32, read_plan.SHARD_NONE, None)
