@@ -378,14 +378,23 @@ def _stream(plan, state):
     dataset = _stream_tail(examples, batched, plan, labels_spec)
     stored = None
     if store is not None:
-        from_store = streams.stored_batches(plan, state, store)
-        stored = (_stream_tail(from_store, True, plan, labels_spec), store)
+        stored = (_stored_tail(plan, state, store, labels_spec), store)
     steps = (
         tf.data.INFINITE_CARDINALITY
         if plan.repeat
         else positions.steps_per_epoch(plan.table.num_examples, plan.batch_size)
     )
     return streams.Epochs(dataset, steps, state, stored)
+
+
+def _stored_tail(plan, state, store, labels_spec):
+    """The stream read from its complete decoded cache alone (see
+    `streams.Epochs`): with nothing to augment, the gather and the last
+    step are one function."""
+    if plan.augment is None and plan.batch_augment is None and not plan.early_finish:
+        finish = _finisher(plan, labels_spec)
+        return _with_options(streams.stored_batches(plan, state, store, then=finish), plan)
+    return _stream_tail(streams.stored_batches(plan, state, store), True, plan, labels_spec)
 
 
 def _stream_tail(examples, batched, plan, labels_spec):

@@ -186,12 +186,16 @@ def _raising(records):
     return records.map(check)
 
 
-def stored_batches(plan, state, store):
+def stored_batches(plan, state, store, then=None):
     """Batches `(batch, places)` gathered from the complete decoded cache
-    `store`, in the stream's order."""
+    `store`, in the stream's order; with `then`, `then(batch)` alone, in
+    the same function (each function costs every iterator its
+    instantiation)."""
 
     def get(epochs, ids, errors):
         with tf.control_dependencies([raised(errors[0])]):
+            if then is not None:
+                return then(store.get(ids))
             return store.get(ids), (epochs, ids)
 
     return _places(plan, state).map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
