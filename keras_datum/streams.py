@@ -104,9 +104,18 @@ def _places(plan, state):
         ids = epoch_ids(seed, epoch, n, plan.shuffle)[tf.where(epoch == first, offset, 0):]
         return tf.fill(tf.shape(ids), epoch), ids, tf.fill(tf.shape(ids), error)
 
+    def claim_epoch():
+        # The whole epoch's places in Python, with the claim (the same
+        # permutation op, run eagerly): one op in the iterator's function.
+        epoch, offset, seed, error = claim()
+        ids = epoch_ids(tf.constant(seed), tf.constant(epoch), n, plan.shuffle).numpy()[offset:]
+        return np.full(len(ids), epoch, np.int64), ids, np.full(len(ids), error, object)
+
     def claimed_epoch(_):
-        epoch, offset, seed, error = claimed()
-        return one_epoch(epoch, epoch, offset, seed, error)
+        places = tf.numpy_function(claim_epoch, [], [tf.int64, tf.int64, tf.string], stateful=True)
+        for tensor in places:
+            tensor.set_shape([None])
+        return tuple(places)
 
     start = tf.data.Dataset.from_tensors(0)
     if not plan.repeat:
