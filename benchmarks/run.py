@@ -618,9 +618,9 @@ Where a target is missed on this machine, this is why (the `plain records` and
   epoch's iterator is made anew, and tf.data instantiates its map functions again,
   each through Grappler (about 2 ms for a trivial map; 0.7 ms with the
   meta-optimizer off, which TensorFlow only honours when set before its context
-  starts). A cached stream's epoch makes three functions (claim the start and draw
-  the permutation; gather from the decoded cache; the last cast), about 20 ms; the
-  in-memory limit's pipeline makes one. On the short epochs here (160 to 1,600
+  starts). A cached stream's epoch makes two functions (claim the start, with the
+  epoch's permutation drawn in Python; gather from the decoded cache and cast), about
+  13 ms; the in-memory limit's pipeline makes one, about 4 ms. On the short epochs here (160 to 1,600
   images, 10 to 60 ms at the limit's speed) that fixed cost is most of the gap;
   on the 16,000-image epochs of tiny_32px it is a fifth of it. Once running, the
   gather from the cache (a hash table of rows) copies each image once, as the
