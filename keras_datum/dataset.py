@@ -520,7 +520,7 @@ class DatumDataset(visualize.DatasetViews):
             random_resized_crop: True (torchvision's `RandomResizedCrop`:
                 area in (0.08, 1), aspect ratio in (3/4, 4/3)) or `(scale,
                 ratio)`: each image is decoded within a random window alone,
-                then resized to `image_size` (see docs/performance.md). Its
+                then resized to `image_size` (see docs/augmentation.md). Its
                 window is drawn from `(seed, epoch, record)`. The decoded
                 cache is off for the split.
 

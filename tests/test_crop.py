@@ -278,3 +278,13 @@ def test_each_refusal_says_which_read_cannot_draw_windows():
     assert "tf.data service" in read_plan._crop_refused(32, read_plan.SHARD_NONE, "grpc://h:1")
     assert "multi-worker" in read_plan._crop_refused(32, read_plan.SHARD_BY_FILE, None)
     assert "bucketed" in read_plan._crop_refused(32, read_plan.SHARD_NONE, None)
+
+
+def test_a_slice_reads_with_the_crop_too(tmp_path):
+    root = _gradient_jpegs(tmp_path / "src", count=8)
+    ds = DatumDataset(root, image_size=(16, 16), batch_size=2, seed=3, validation_split=None,
+                      verbose=False)
+    plain = np.concatenate([x.numpy() for x, _ in ds.split("train[:50%]")])
+    cropped = np.concatenate([x.numpy() for x, _ in ds.split("train[:50%]", random_resized_crop=True)])
+    assert plain.shape == cropped.shape == (4, 16, 16, 3)
+    assert not np.allclose(np.sort(plain.reshape(4, -1).sum(1)), np.sort(cropped.reshape(4, -1).sum(1)))
