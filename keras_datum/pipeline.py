@@ -376,25 +376,33 @@ def _stream(plan, state):
     labels_spec = examples.element_spec[0].get("labels")
     _reseed(plan)
     dataset = _stream_tail(examples, batched, plan, labels_spec)
-    stored = None
-    if store is not None:
+    stored = running = None
+    n = plan.table.num_examples
+    if store is not None and not plan.repeat and plan.augment is None:
+        # Batches gathered whole stay whole: each epoch is its own batches.
+        kept = _stored_tail(plan, state, store, labels_spec, running=True)
+        running = streams.Running(kept, state, n, plan.batch_size, store, plan.guard)
+    elif store is not None:
         stored = (_stored_tail(plan, state, store, labels_spec), store)
     steps = (
         tf.data.INFINITE_CARDINALITY
         if plan.repeat
-        else positions.steps_per_epoch(plan.table.num_examples, plan.batch_size)
+        else positions.steps_per_epoch(n, plan.batch_size)
     )
-    return streams.Epochs(dataset, steps, state, stored)
+    return streams.Epochs(dataset, steps, state, stored, running)
 
 
-def _stored_tail(plan, state, store, labels_spec):
+def _stored_tail(plan, state, store, labels_spec, running=False):
     """The stream read from its complete decoded cache alone (see
     `streams.Epochs`): with nothing to augment, the gather and the last
-    step are one function."""
+    step are one function. With `running`, its epochs in sequence (see
+    `streams.Running`)."""
     if plan.augment is None and plan.batch_augment is None and not plan.early_finish:
         finish = _finisher(plan, labels_spec)
-        return _with_options(streams.stored_batches(plan, state, store, then=finish), plan)
-    return _stream_tail(streams.stored_batches(plan, state, store), True, plan, labels_spec)
+        batches = streams.stored_batches(plan, state, store, then=finish, running=running)
+        return _with_options(batches, plan)
+    batches = streams.stored_batches(plan, state, store, running=running)
+    return _stream_tail(batches, True, plan, labels_spec)
 
 
 def _stream_tail(examples, batched, plan, labels_spec):

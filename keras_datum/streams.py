@@ -17,6 +17,7 @@ uninterrupted one's batches exactly. The decoded cache is a
 """
 
 import os
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -47,17 +48,26 @@ class Epochs(tf.data.Dataset):
     so a cached epoch builds no decoding pipeline; everything else (a
     distribution strategy's iterators, datasets made from this one) goes
     through `dataset`, which chooses between the two in the graph.
+    `running`, a `Running`, serves an eager iterator before both where it
+    can: its epoch read from one iterator kept across epochs.
     """
 
-    def __init__(self, dataset, steps, state, stored=None):
+    def __init__(self, dataset, steps, state, stored=None, running=None):
         self._dataset = dataset
         self._steps = steps
         self._stored = stored
+        self._running = running
         self.stream_state = state
         super().__init__(dataset._variant_tensor)
 
     def __iter__(self):
-        if self._stored is not None and tf.executing_eagerly():
+        if not tf.executing_eagerly():
+            return super().__iter__()
+        if self._running is not None:
+            view = self._running.view()
+            if view is not None:
+                return view
+        if self._stored is not None:
             dataset, store = self._stored
             if bool(store.complete()):
                 return iter(dataset)
@@ -74,7 +84,87 @@ class Epochs(tf.data.Dataset):
         return tf.constant(self._steps, tf.int64)
 
 
-def _places(plan, state):
+class Running:
+    """A stream's epochs read in sequence from one iterator kept across
+    them, for eager iterators (see `Epochs`): an epoch that follows the
+    last one read makes no `tf.data` iterator, whose functions tf.data
+    would instantiate again (about 2 ms each), and its first batches were
+    made while the last one ended (the prefetch).
+
+    `dataset`'s epochs follow each other from the position its iterator
+    claims (`_places` with `running`), each exactly `steps_per_epoch`
+    batches: only what cannot lose an example uses one (a complete
+    decoded cache), and a view hands out that many. A view serves
+    the state's next position when it is the start of the epoch after
+    the one the kept iterator has handed out whole, with the same seed;
+    anything else (a restored position, an epoch left unfinished, a
+    store being filled, a cache exported over) gets a new iterator, or
+    none (`view` returns None) where the stream's own must run.
+    """
+
+    def __init__(self, dataset, state, num_examples, batch_size, store=None, guard=None):
+        self._dataset = dataset
+        self._state = state
+        self._steps = -(-num_examples // batch_size)
+        self._store = store
+        self._guard = guard
+        self._kept = None
+        self._lock = threading.Lock()
+
+    def view(self):
+        """An iterator over the state's next epoch, or None."""
+        position, seed = self._state.next_position, self._state.seed
+        with self._lock:
+            kept, self._kept = self._kept, None
+        if position.offset or not self._steps:
+            return None
+        if self._store is not None and not bool(self._store.complete()):
+            return None
+        if self._guard is not None and not store.still_the_export(self._guard):
+            return None
+        if kept is not None and kept[1:] == (position.epoch, seed):
+            self._state.claim()
+            iterator = kept[0]
+        else:
+            iterator = iter(self._dataset)  # It claims the position itself.
+        return _EpochView(self, iterator, position.epoch)
+
+    def _give_back(self, iterator, epoch):
+        with self._lock:
+            self._kept = (iterator, epoch + 1, self._state.seed)
+
+
+class _EpochView:
+    """One epoch's batches from a `Running`'s kept iterator; it hands the
+    iterator back once the whole epoch is read."""
+
+    def __init__(self, running, iterator, epoch):
+        self._running = running
+        self._iterator = iterator
+        self._epoch = epoch
+        self._left = running._steps
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._left:
+            raise StopIteration
+        batch = next(self._iterator)
+        self._left -= 1
+        if not self._left:
+            self._running._give_back(self._iterator, self._epoch)
+        return batch
+
+    def get_next(self):
+        return next(self)
+
+    @property
+    def element_spec(self):
+        return self._iterator.element_spec
+
+
+def _places(plan, state, running=False):
     """Batches of places, `(epochs, record ids, errors)`, of one iterator,
     in the stream's order. The start is claimed from `state` when the
     iterator first asks for an element (see `StreamState.claim`). `errors`
@@ -83,7 +173,9 @@ def _places(plan, state):
     (`plan.guard`, see `store.still_the_export`); errors travel as
     values up to the guard of the decode (see `decoded_examples`). Without
     `repeat` the iterator ends with its epoch (the last batch partial);
-    with it, the epochs run into each other. (Plain ops, no dataset made
+    with it, the epochs run into each other. `running` (for `Running`):
+    the epochs follow each other without end, each cut into its own
+    batches. (Plain ops, no dataset made
     per iterator, and few functions, each of which costs an iterator about
     2 ms to instantiate: an epoch's first batch comes at once.)"""
     n, guard = plan.table.num_examples, plan.guard
@@ -118,7 +210,7 @@ def _places(plan, state):
         return tuple(places)
 
     start = tf.data.Dataset.from_tensors(0)
-    if not plan.repeat:
+    if not plan.repeat and not running:
         epochs = start.map(claimed_epoch)
     else:
         epochs = start.map(lambda _: claimed()).flat_map(
@@ -126,6 +218,10 @@ def _places(plan, state):
                 lambda epoch: (epoch, first, offset, seed, error)
             )
         ).map(one_epoch)
+    if running:
+        return epochs.flat_map(
+            lambda *places: tf.data.Dataset.from_tensor_slices(places).batch(plan.batch_size)
+        )
     return epochs.unbatch().batch(plan.batch_size)
 
 
@@ -195,11 +291,11 @@ def _raising(records):
     return records.map(check)
 
 
-def stored_batches(plan, state, store, then=None):
+def stored_batches(plan, state, store, then=None, running=False):
     """Batches `(batch, places)` gathered from the complete decoded cache
     `store`, in the stream's order; with `then`, `then(batch)` alone, in
     the same function (each function costs every iterator its
-    instantiation)."""
+    instantiation). With `running`, epochs in sequence (see `Running`)."""
 
     def get(epochs, ids, errors):
         with tf.control_dependencies([raised(errors[0])]):
@@ -207,7 +303,8 @@ def stored_batches(plan, state, store, then=None):
                 return then(store.get(ids))
             return store.get(ids), (epochs, ids)
 
-    return _places(plan, state).map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
+    places = _places(plan, state, running)
+    return places.map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def with_store(decoded, plan, state, store):

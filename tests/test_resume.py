@@ -113,6 +113,56 @@ def test_an_eager_iterator_reads_a_complete_store_alone():
     assert [e.numpy().tolist() for e in epochs.map(lambda e: e)] == [[1, 1]]
 
 
+def _kept(train):
+    """The iterator an epoch of `train` reads from (kept across epochs, or
+    its own), and the epoch's sums."""
+    iterator = iter(train)
+    kept = getattr(iterator, "_iterator", None)
+    sums = [x.numpy().reshape(len(x), -1).sum(1).round(3).tolist() for x, _ in iterator]
+    return kept, sums
+
+
+@pytest.mark.parametrize("batch_augment", [None, [keras.layers.RandomFlip("horizontal")]])
+def test_cached_epochs_follow_each_other_on_one_kept_iterator(class_folders, batch_augment):
+    ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=4, seed=3)
+    train = ds.train(batch_augment=batch_augment)
+    filling, first = _kept(train)
+    assert filling is None  # The epoch that fills the cache has its own.
+    reads = [_kept(train) for _ in range(3)]
+    kept = reads[0][0]
+    assert kept is not None and all(k is kept for k, _ in reads)
+    # The same batches as a stream that makes an iterator per epoch.
+    fresh = ds.train(batch_augment=batch_augment)
+    fresh.stream_state.restore(positions.Position(0, 0), train.stream_state.seed)
+    assert [first] + [sums for _, sums in reads] == _sums(fresh, 4)
+    assert len({len(sums) for _, sums in reads}) == 1  # Each epoch whole.
+
+
+def test_a_kept_iterator_gives_way_to_an_unfinished_or_restored_epoch(class_folders):
+    ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=4, seed=3)
+    train = ds.train()
+    full = _sums(train, 4)
+    # Left after one batch: the next epoch is the one after it, read anew.
+    train.stream_state.restore(positions.Position(1, 0), train.stream_state.seed)
+    kept, _ = _kept(train)
+    iterator = iter(train)
+    next(iterator)
+    assert _kept(train)[1] == full[3]
+    assert _kept(train)[0] is not kept
+    # A restored position: mid-epoch (the stream's own iterator), then an
+    # epoch that is not the next one.
+    train.stream_state.restore(positions.Position(1, 8), train.stream_state.seed)
+    assert _kept(train) == (None, full[1][2:])
+    train.stream_state.restore(positions.Position(3, 0), train.stream_state.seed)
+    restored, epoch_3 = _kept(train)
+    assert epoch_3 == full[3]
+    kept, epoch_4 = _kept(train)
+    assert kept is restored
+    fresh = ds.train()
+    fresh.stream_state.restore(positions.Position(4, 0), train.stream_state.seed)
+    assert epoch_4 == _sums(fresh, 1)[0]
+
+
 def test_each_epoch_is_a_new_permutation_of_the_split(class_folders):
     ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=4, seed=3)
     train = ds.train()
