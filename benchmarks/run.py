@@ -645,12 +645,11 @@ Where a target is missed on this machine, this is why (the `plain records` and
   The kept iterator pays it once, and its next epoch's first batches are made while
   the last one ends. (A per-example `augment` re-batches each epoch's examples, so
   it keeps one iterator per epoch, as does an epoch restored mid-way.) What is left
-  is per batch: the gather from the decoded cache copies each image out of a hash
-  table of rows word by word (a gather from one array copies rows whole: about
-  27 ms against 18 ms for an epoch of 1,600 images at 224 px, uint8), which the
-  uint8 figures show; and on the 32-pixel images, whose epochs last 10 to 20 ms,
-  each batch's own steps (the claim's places, the gather, the cast) weigh against
-  the limit's one.
+  is per batch: the gather from the decoded cache (one array of rows per field,
+  whole rows copied; it used to be a hash table of rows copied word by word, about
+  27 ms against 18 ms for an epoch of 1,600 images at 224 px, uint8), and on the
+  32-pixel images, whose epochs last 10 to 20 ms, each batch's own steps (the
+  claim's places, the gather, the cast) weigh against the limit's one.
 - **The first epoch of ImageNet-like files** decodes every JPEG once, as Keras and
   the limit do. `plain records` reads the same shards with a plain
   `TFRecordDataset` and nothing else; the 0.95x target leaves no room for anything
