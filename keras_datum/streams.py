@@ -127,21 +127,22 @@ class Running:
             iterator = kept[0]
         else:
             iterator = iter(self._dataset)  # It claims the position itself.
-        return _EpochView(self, iterator, position.epoch)
+        return _EpochView(self, iterator, position.epoch, seed)
 
-    def _give_back(self, iterator, epoch):
+    def _give_back(self, iterator, epoch, seed):
         with self._lock:
-            self._kept = (iterator, epoch + 1, self._state.seed)
+            self._kept = (iterator, epoch + 1, seed)
 
 
 class _EpochView:
     """One epoch's batches from a `Running`'s kept iterator; it hands the
     iterator back once the whole epoch is read."""
 
-    def __init__(self, running, iterator, epoch):
+    def __init__(self, running, iterator, epoch, seed):
         self._running = running
         self._iterator = iterator
         self._epoch = epoch
+        self._seed = seed
         self._left = running._steps
 
     def __iter__(self):
@@ -153,11 +154,16 @@ class _EpochView:
         batch = next(self._iterator)
         self._left -= 1
         if not self._left:
-            self._running._give_back(self._iterator, self._epoch)
+            self._running._give_back(self._iterator, self._epoch, self._seed)
         return batch
 
     def get_next(self):
-        return next(self)
+        """The next batch; `tf.errors.OutOfRangeError` at the epoch's end,
+        as a `tf.data` iterator's."""
+        try:
+            return next(self)
+        except StopIteration:
+            raise tf.errors.OutOfRangeError(None, None, "End of sequence") from None
 
     @property
     def element_spec(self):

@@ -136,6 +136,12 @@ def test_cached_epochs_follow_each_other_on_one_kept_iterator(class_folders, bat
     fresh.stream_state.restore(positions.Position(0, 0), train.stream_state.seed)
     assert [first] + [sums for _, sums in reads] == _sums(fresh, 4)
     assert len({len(sums) for _, sums in reads}) == 1  # Each epoch whole.
+    # `get_next` ends an epoch as a tf.data iterator does.
+    view = iter(train)
+    for _ in first:
+        view.get_next()
+    with pytest.raises(tf.errors.OutOfRangeError):
+        view.get_next()
 
 
 def test_a_kept_iterator_gives_way_to_an_unfinished_or_restored_epoch(class_folders):
