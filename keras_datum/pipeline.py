@@ -378,8 +378,7 @@ def _stream(plan, state):
     dataset = _stream_tail(examples, batched, plan, labels_spec)
     stored = running = None
     n = plan.table.num_examples
-    if store is not None and not plan.repeat and plan.augment is None:
-        # Batches gathered whole stay whole: each epoch is its own batches.
+    if store is not None and not plan.repeat:
         kept = _stored_tail(plan, state, store, labels_spec, running=True)
         running = streams.Running(kept, state, n, plan.batch_size, store, plan.guard)
     elif store is not None:
@@ -396,21 +395,27 @@ def _stored_tail(plan, state, store, labels_spec, running=False):
     """The stream read from its complete decoded cache alone (see
     `streams.Epochs`): with nothing to augment, the gather and the last
     step are one function. With `running`, its epochs in sequence (see
-    `streams.Running`)."""
+    `streams.Running`): a per-example `augment` batches them again, so
+    each epoch is padded to whole batches, and the pads dropped after."""
     if plan.augment is None and plan.batch_augment is None and not plan.early_finish:
         finish = _finisher(plan, labels_spec)
         batches = streams.stored_batches(plan, state, store, then=finish, running=running)
         return _with_options(batches, plan)
-    batches = streams.stored_batches(plan, state, store, running=running)
-    return _stream_tail(batches, True, plan, labels_spec)
+    pad = running and plan.augment is not None
+    batches = streams.stored_batches(plan, state, store, running=running, pad=pad)
+    return _stream_tail(batches, True, plan, labels_spec, padded=pad)
 
 
-def _stream_tail(examples, batched, plan, labels_spec):
+def _stream_tail(examples, batched, plan, labels_spec, padded=False):
     """A stream's (batches of) examples with their places -> the batches
-    `model.fit` takes: augmented, finished, with options and prefetch."""
+    `model.fit` takes: augmented, finished, with options and prefetch
+    (`padded`: batches padded with record id -1, dropped once batched
+    again; see `streams.stored_batches`)."""
     if batched and plan.augment is not None:
         examples, batched = examples.unbatch(), False
     batches = examples if batched else _stream_batches(examples, plan, labels_spec)
+    if padded:
+        batches = streams.without_pads(batches)
     batches = _augmented(
         batches, plan, plan.batch_augment, labels_spec,
         then=plan.problem.after_batch_augment, places=True,

@@ -170,7 +170,7 @@ class _EpochView:
         return self._iterator.element_spec
 
 
-def _places(plan, state, running=False):
+def _places(plan, state, running=False, pad=False):
     """Batches of places, `(epochs, record ids, errors)`, of one iterator,
     in the stream's order. The start is claimed from `state` when the
     iterator first asks for an element (see `StreamState.claim`). `errors`
@@ -181,7 +181,8 @@ def _places(plan, state, running=False):
     `repeat` the iterator ends with its epoch (the last batch partial);
     with it, the epochs run into each other. `running` (for `Running`):
     the epochs follow each other without end, each cut into its own
-    batches. (Plain ops, no dataset made
+    batches (with `pad`, each epoch's last batch whole: see
+    `stored_batches`). (Plain ops, no dataset made
     per iterator, and few functions, each of which costs an iterator about
     2 ms to instantiate: an epoch's first batch comes at once.)"""
     n, guard = plan.table.num_examples, plan.guard
@@ -225,10 +226,22 @@ def _places(plan, state, running=False):
             )
         ).map(one_epoch)
     if running:
-        return epochs.flat_map(
-            lambda *places: tf.data.Dataset.from_tensor_slices(places).batch(plan.batch_size)
-        )
+        return epochs.flat_map(lambda *places: _epoch_batches(places, plan.batch_size, pad))
     return epochs.unbatch().batch(plan.batch_size)
+
+
+def _epoch_batches(places, batch_size, pad):
+    """One epoch's places in batches; with `pad`, the last one filled with
+    places of record id -1 (see `stored_batches`)."""
+    if pad:
+        more = tf.math.floormod(-tf.size(places[1]), batch_size)
+        places = tuple(
+            tf.concat([values, tf.fill(
+                [more], tf.constant(-1, tf.int64) if values.dtype == tf.int64 else values[0]
+            )], 0)
+            for values in places
+        )
+    return tf.data.Dataset.from_tensor_slices(places).batch(batch_size)
 
 
 def epoch_ids(seed, epoch, num_examples, shuffle):
@@ -287,6 +300,21 @@ def raised(error):
     return tf.raw_ops.Assert(condition=tf.equal(error, ""), data=[error], summarize=1)
 
 
+def without_pads(batches):
+    """Batches `(batch, places)` without the places of record id -1 that
+    padded their epoch (see `stored_batches`)."""
+
+    def drop(inputs, place):
+        keep = place[1] >= 0
+        return tf.cond(
+            tf.reduce_all(keep),
+            lambda: (inputs, place),
+            lambda: tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), (inputs, place)),
+        )
+
+    return batches.map(drop)
+
+
 def _raising(records):
     """Batches of records that raise their error here, without it."""
 
@@ -297,19 +325,23 @@ def _raising(records):
     return records.map(check)
 
 
-def stored_batches(plan, state, store, then=None, running=False):
+def stored_batches(plan, state, store, then=None, running=False, pad=False):
     """Batches `(batch, places)` gathered from the complete decoded cache
     `store`, in the stream's order; with `then`, `then(batch)` alone, in
     the same function (each function costs every iterator its
-    instantiation). With `running`, epochs in sequence (see `Running`)."""
+    instantiation). With `running`, epochs in sequence (see `Running`);
+    with `pad` too, each epoch ends on a whole batch, filled with places
+    of record id -1 (any record's example: see `without_pads`), so that
+    its examples, batched again one at a time (a per-example `augment`),
+    keep to their epoch's batches."""
 
     def get(epochs, ids, errors):
         with tf.control_dependencies([raised(errors[0])]):
             if then is not None:
                 return then(store.get(ids))
-            return store.get(ids), (epochs, ids)
+            return store.get(tf.maximum(ids, 0) if pad else ids), (epochs, ids)
 
-    places = _places(plan, state, running)
+    places = _places(plan, state, running, pad)
     return places.map(get, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 

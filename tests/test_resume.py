@@ -122,17 +122,21 @@ def _kept(train):
     return kept, sums
 
 
-@pytest.mark.parametrize("batch_augment", [None, [keras.layers.RandomFlip("horizontal")]])
-def test_cached_epochs_follow_each_other_on_one_kept_iterator(class_folders, batch_augment):
-    ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=4, seed=3)
-    train = ds.train(batch_augment=batch_augment)
+@pytest.mark.parametrize("where", [None, "batch_augment", "augment"])
+def test_cached_epochs_follow_each_other_on_one_kept_iterator(class_folders, where):
+    ds = DatumDataset(class_folders, image_size=(8, 8), batch_size=7, seed=3)
+    # A per-example augment batches each epoch again (its last batch padded
+    # to a whole one, the pads dropped after).
+    augment = {where: [keras.layers.RandomFlip("horizontal")]} if where else {}
+    train = ds.train(**augment)
     filling, first = _kept(train)
     assert filling is None  # The epoch that fills the cache has its own.
+    assert 0 < len(first[-1]) < 7  # The last batch is partial.
     reads = [_kept(train) for _ in range(3)]
     kept = reads[0][0]
     assert kept is not None and all(k is kept for k, _ in reads)
     # The same batches as a stream that makes an iterator per epoch.
-    fresh = ds.train(batch_augment=batch_augment)
+    fresh = ds.train(**augment)
     fresh.stream_state.restore(positions.Position(0, 0), train.stream_state.seed)
     assert [first] + [sums for _, sums in reads] == _sums(fresh, 4)
     assert len({len(sums) for _, sums in reads}) == 1  # Each epoch whole.
