@@ -643,8 +643,11 @@ Where a target is missed on this machine, this is why (the `plain records` and
   functions anew for each iterator, each through Grappler (about 2 ms for a trivial
   map), so a cached stream used to pay about 13 ms per epoch, the limit about 4 ms.
   The kept iterator pays it once, and its next epoch's first batches are made while
-  the last one ends. (A per-example `augment` re-batches each epoch's examples, so
-  it keeps one iterator per epoch, as does an epoch restored mid-way.) What is left
+  the last one ends. (An epoch restored mid-way makes its own.) Making the kept
+  iterator still costs once what an epoch's used to (about 25 ms, and 10 ms more
+  to its first batch, on the 32-pixel images): against photos_12mp's five later
+  epochs of 160 images (about 50 ms at the limit's speed) that is most of the
+  gap, and it is a third of tiny_32px_2k's uint8 figure. What is left
   is per batch: the gather from the decoded cache (one array of rows per field,
   whole rows copied; it used to be a hash table of rows copied word by word, about
   27 ms against 18 ms for an epoch of 1,600 images at 224 px, uint8), and on the
