@@ -42,14 +42,15 @@ class Epochs(tf.data.Dataset):
     first epoch of a resumed stream; Keras takes the count from here and
     ends that epoch when the data does (see `callbacks.BackupAndRestore`).
 
-    `stored`, with the decoded cache, is `(dataset, store)`: the same
-    stream gathered from the store alone. An eager iterator (`iter()`, as
-    `model.fit` makes one per epoch) takes it once the store is complete,
-    so a cached epoch builds no decoding pipeline; everything else (a
+    With the decoded cache, an eager iterator (`iter()`, as `model.fit`
+    makes one per epoch) of a complete store builds no decoding pipeline:
+    `running` (a `Running`, for streams that end each epoch) serves it
+    one epoch of an iterator kept across epochs, and `stored` (`(dataset,
+    store)`, for repeating ones) is the stream gathered from the store
+    alone. Everything else (a restored mid-epoch position, a
     distribution strategy's iterators, datasets made from this one) goes
-    through `dataset`, which chooses between the two in the graph.
-    `running`, a `Running`, serves an eager iterator before both where it
-    can: its epoch read from one iterator kept across epochs.
+    through `dataset`, which chooses between decoding and the store in
+    the graph.
     """
 
     def __init__(self, dataset, steps, state, stored=None, running=None):
