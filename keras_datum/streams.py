@@ -124,11 +124,10 @@ class Running:
         if self._guard is not None and not store.still_the_export(self._guard):
             return None
         if kept is not None and kept[1:] == (position.epoch, seed):
-            self._state.claim()
-            iterator = kept[0]
-        else:
-            iterator = iter(self._dataset)  # It claims the position itself.
-        return _EpochView(self, iterator, position.epoch, seed)
+            # Claimed by the view's first batch, as a new iterator claims.
+            return _EpochView(self, kept[0], position.epoch, seed, claim=self._state.claim)
+        # A new iterator claims the position itself.
+        return _EpochView(self, iter(self._dataset), position.epoch, seed)
 
     def _give_back(self, iterator, epoch, seed):
         with self._lock:
@@ -139,11 +138,12 @@ class _EpochView:
     """One epoch's batches from a `Running`'s kept iterator; it hands the
     iterator back once the whole epoch is read."""
 
-    def __init__(self, running, iterator, epoch, seed):
+    def __init__(self, running, iterator, epoch, seed, claim=None):
         self._running = running
         self._iterator = iterator
         self._epoch = epoch
         self._seed = seed
+        self._claim = claim
         self._left = running._steps
 
     def __iter__(self):
@@ -152,6 +152,9 @@ class _EpochView:
     def __next__(self):
         if not self._left:
             raise StopIteration
+        if self._claim is not None:
+            self._claim, claim = None, self._claim
+            claim()
         batch = next(self._iterator)
         self._left -= 1
         if not self._left:

@@ -140,6 +140,10 @@ def test_cached_epochs_follow_each_other_on_one_kept_iterator(class_folders, whe
     fresh.stream_state.restore(positions.Position(0, 0), train.stream_state.seed)
     assert [first] + [sums for _, sums in reads] == _sums(fresh, 4)
     assert len({len(sums) for _, sums in reads}) == 1  # Each epoch whole.
+    # An epoch is claimed by its first batch, as a tf.data iterator's is.
+    position = train.stream_state.next_position
+    iter(train)
+    assert train.stream_state.next_position == position
     # `get_next` ends an epoch as a tf.data iterator does.
     view = iter(train)
     for _ in first:
