@@ -283,20 +283,23 @@ def _finisher(plan, labels_spec):
     return finish
 
 
-def _finished(dataset, plan, labels_spec, places=False):
+def _finished(dataset, plan, labels_spec, places=False, keep_epoch=False):
     """The last step (see `_finisher`), unless the block path ran it on its
     windows. Batches of small raw-pixel images cast in a moment: one at a
     time, ahead of the consumer (the prefetch), holds fewer in memory. With
-    `places`, the elements are `(batch, places)` and lose their places."""
-    if plan.early_finish:
-        return dataset.map(lambda inputs, place: inputs) if places else dataset
-    finish = _finisher(plan, labels_spec)
-    if places:
-        # One function: each costs every iterator (epoch) its instantiation.
-        return dataset.map(
-            lambda inputs, place: finish(inputs), num_parallel_calls=plan.finish_calls
-        )
-    return dataset.map(finish, num_parallel_calls=plan.finish_calls)
+    `places`, the elements are `(batch, places)` and lose their places
+    (with `keep_epoch`, they become `(batch, its epoch)`)."""
+    finish = (lambda inputs: inputs) if plan.early_finish else _finisher(plan, labels_spec)
+    if not places:
+        if plan.early_finish:
+            return dataset
+        return dataset.map(finish, num_parallel_calls=plan.finish_calls)
+
+    # One function: each costs every iterator (epoch) its instantiation.
+    def last(inputs, place):
+        return (finish(inputs), place[0][0]) if keep_epoch else finish(inputs)
+
+    return dataset.map(last, num_parallel_calls=plan.finish_calls)
 
 
 def _served(dataset, plan):
@@ -372,22 +375,27 @@ def _stream_batches(examples, plan, labels_spec):
 def _stream(plan, state):
     """The resumable stream of `plan` (see `streams`), at `state`'s
     positions."""
-    examples, batched, store = _stream_examples(plan, state)
-    labels_spec = examples.element_spec[0].get("labels")
-    _reseed(plan)
-    dataset = _stream_tail(examples, batched, plan, labels_spec)
-    stored = running = None
     n = plan.table.num_examples
-    if store is not None and not plan.repeat:
-        kept = _stored_tail(plan, state, store, labels_spec, running=True)
-        running = streams.Running(kept, state, n, plan.batch_size, store, plan.guard)
-    elif store is not None:
-        stored = (_stored_tail(plan, state, store, labels_spec), store)
     steps = (
         tf.data.INFINITE_CARDINALITY
         if plan.repeat
         else positions.steps_per_epoch(n, plan.batch_size)
     )
+    running = None if plan.cache else _running_decode(plan, state)
+    if running is not None:
+        # Its one epoch: the same batches, without a second pipeline to build.
+        return streams.Epochs(streams.one_epoch_of(running.dataset, steps), steps, state,
+                              running=running)
+    examples, batched, store = _stream_examples(plan, state)
+    labels_spec = examples.element_spec[0].get("labels")
+    _reseed(plan)
+    dataset = _stream_tail(examples, batched, plan, labels_spec)
+    stored = None
+    if store is not None and not plan.repeat:
+        kept = _stored_tail(plan, state, store, labels_spec, running=True)
+        running = streams.Running(kept, state, n, plan.batch_size, store, plan.guard)
+    elif store is not None:
+        stored = (_stored_tail(plan, state, store, labels_spec), store)
     return streams.Epochs(dataset, steps, state, stored, running)
 
 
@@ -406,12 +414,53 @@ def _stored_tail(plan, state, store, labels_spec, running=False):
     return _stream_tail(batches, True, plan, labels_spec, padded=pad)
 
 
-def _stream_tail(examples, batched, plan, labels_spec, padded=False):
+def _running_decode(plan, state):
+    """The decoding stream's epochs in sequence, each batch with its
+    epoch (see `streams.Running`): each batch of records is decoded (and
+    augmented per example) into one batch in a dataset of its own, whose
+    functions an iterator instantiates once, so that a skipped example
+    (`on_invalid="skip"`) leaves its batch shorter instead of moving the
+    batches after it into the next epoch. None for what batches itself,
+    repeats, or checks each example on blocks (naming it, or a datum
+    export's labels)."""
+    if (plan.repeat or plan.problem.batches_itself or plan.on_invalid == "raise"
+            or plan.meta.in_place):
+        return None
+    raw = plan.raw_layout is not None
+    decode_batch = blocks.batch_decode(plan.meta, plan.options, plan.raw_layout) if raw else None
+    _reseed(plan)
+    labels = {}  # The labels' spec as read, which the last step casts back to.
+
+    def one_batch(*records):
+        record = tf.data.Dataset.from_tensors(records)
+        if raw:
+            examples = streams.decoded_batches(record, decode_batch, decoding.unchanged)
+            labels["spec"] = examples.element_spec[0].get("labels")
+            if plan.augment is None:
+                return examples
+            examples = examples.unbatch()
+        else:
+            examples = streams.decoded_examples(record, plan, decoding.unchanged, state.seed)
+            labels["spec"] = examples.element_spec[0].get("labels")
+        return _stream_batches(examples, plan, labels["spec"])
+
+    records = streams.read_batches(plan, state, running=True)
+    batches = records.interleave(one_batch, cycle_length=2, num_parallel_calls=2,
+                                 deterministic=True)
+    dataset = _stream_tail(batches, True, plan, labels["spec"], augmented=True,
+                           keep_epoch=True)
+    return streams.Running(dataset, state, plan.table.num_examples, plan.batch_size,
+                           guard=plan.guard, with_epochs=True)
+
+
+def _stream_tail(examples, batched, plan, labels_spec, padded=False, augmented=False,
+                 keep_epoch=False):
     """A stream's (batches of) examples with their places -> the batches
     `model.fit` takes: augmented, finished, with options and prefetch
     (`padded`: batches padded with record id -1, dropped once batched
-    again; see `streams.stored_batches`)."""
-    if batched and plan.augment is not None:
+    again, see `streams.stored_batches`; `augmented`: batches augmented
+    per example already; `keep_epoch`: each batch with its epoch)."""
+    if batched and plan.augment is not None and not augmented:
         examples, batched = examples.unbatch(), False
     batches = examples if batched else _stream_batches(examples, plan, labels_spec)
     if padded:
@@ -420,7 +469,8 @@ def _stream_tail(examples, batched, plan, labels_spec, padded=False):
         batches, plan, plan.batch_augment, labels_spec,
         then=plan.problem.after_batch_augment, places=True,
     )
-    return _with_options(_finished(batches, plan, labels_spec, places=True), plan)
+    batches = _finished(batches, plan, labels_spec, places=True, keep_epoch=keep_epoch)
+    return _with_options(batches, plan)
 
 
 def from_plan(plan, state=None):

@@ -94,8 +94,12 @@ class Running:
 
     `dataset`'s epochs follow each other from the position its iterator
     claims (`_places` with `running`), each exactly `steps_per_epoch`
-    batches: only what cannot lose an example uses one (a complete
-    decoded cache), and a view hands out that many. A view serves
+    batches, and a view hands out that many. A decoding stream (no
+    cache) decodes each batch of records into a batch of its own, which
+    skipped examples leave shorter, and a batch whose examples were all
+    skipped leaves its epoch short: `with_epochs`, its elements are
+    `(batch, epoch)`, and a view ends its epoch at the next one's first
+    batch, which it keeps for the next view. A view serves
     the state's next position when it is the start of the epoch after
     the one the kept iterator has handed out whole, with the same seed;
     anything else (a restored position, an epoch left unfinished, a
@@ -103,12 +107,14 @@ class Running:
     none (`view` returns None) where the stream's own must run.
     """
 
-    def __init__(self, dataset, state, num_examples, batch_size, store=None, guard=None):
-        self._dataset = dataset
+    def __init__(self, dataset, state, num_examples, batch_size, store=None, guard=None,
+                 with_epochs=False):
+        self.dataset = dataset
         self._state = state
         self._steps = -(-num_examples // batch_size)
         self._store = store
         self._guard = guard
+        self.with_epochs = with_epochs
         self._kept = None
         self._lock = threading.Lock()
 
@@ -123,30 +129,57 @@ class Running:
             return None
         if self._guard is not None and not store.still_the_export(self._guard):
             return None
-        if kept is not None and kept[1:] == (position.epoch, seed):
+        if kept is not None and kept[1:3] == (position.epoch, seed):
             # Claimed by the view's first batch, as a new iterator claims.
-            return _EpochView(self, kept[0], position.epoch, seed, claim=self._state.claim)
+            return _EpochView(self, kept[0], position.epoch, seed, self._state.claim, kept[3])
         # A new iterator claims the position itself.
-        return _EpochView(self, iter(self._dataset), position.epoch, seed)
+        return _EpochView(self, iter(self.dataset), position.epoch, seed)
 
-    def _give_back(self, iterator, epoch, seed):
+    def _give_back(self, iterator, epoch, seed, pending=None):
         with self._lock:
-            self._kept = (iterator, epoch + 1, seed)
+            self._kept = (iterator, epoch + 1, seed, pending)
+
+
+def one_epoch_of(kept, steps):
+    """A decoding `Running` stream's dataset (elements `(batch, epoch)`)
+    read as one epoch: the batches of the epoch its iterator claims, at
+    most `steps` (an epoch restored mid-way, or left short by a batch
+    skipped whole, ends at the next epoch's first batch)."""
+
+    def same(first, element):
+        batch, epoch = element
+        first = tf.where(first < 0, epoch, first)
+        return first, (batch, tf.equal(epoch, first))
+
+    def epoch(_):
+        return (
+            kept.scan(tf.constant(-1, tf.int64), same)
+            .take_while(lambda batch, same: same)
+            .take(steps)
+            .map(lambda batch, same: batch)
+        )
+
+    # Inside a function: a `scan` built at the top level leaves a function
+    # in TensorFlow's global graph for good, per build.
+    return tf.data.Dataset.from_tensors(0).flat_map(epoch)
 
 
 class _EpochView:
     """One epoch's batches from a `Running`'s kept iterator; it hands the
     iterator back once the whole epoch is read."""
 
-    def __init__(self, running, iterator, epoch, seed, claim=None):
+    def __init__(self, running, iterator, epoch, seed, claim=None, pending=None):
         self._running = running
         self._iterator = iterator
         self._epoch = epoch
         self._seed = seed
         self._claim = claim
+        self._pending = pending  # The next epoch's first batch, taken early.
         self._left = running._steps
+        self._iters = 0
 
     def __iter__(self):
+        self._iters += 1
         return self
 
     def __next__(self):
@@ -155,11 +188,28 @@ class _EpochView:
         if self._claim is not None:
             self._claim, claim = None, self._claim
             claim()
-        batch = next(self._iterator)
+        batch, self._pending = self._pending or next(self._iterator), None
+        if self._running.with_epochs:
+            if int(batch[1]) != self._epoch:
+                return self._short(batch)
+            batch = batch[0]
         self._left -= 1
         if not self._left:
             self._running._give_back(self._iterator, self._epoch, self._seed)
         return batch
+
+    def _short(self, next_batch):
+        """Ends an epoch whose last batch had every example skipped (see
+        `Running`), keeping the next epoch's first batch for its view.
+        Keras's TensorFlow trainer takes each step's batch from `zip(range(
+        steps), iterator)`, calling `iter()` on this view every step, and
+        a `StopIteration` there leaves the step with no batch at all: that
+        consumer is told the end as a `tf.data` iterator tells it."""
+        self._left = 0
+        self._running._give_back(self._iterator, self._epoch, self._seed, next_batch)
+        if self._iters > 1:
+            raise tf.errors.OutOfRangeError(None, None, "End of sequence")
+        raise StopIteration
 
     def get_next(self):
         """The next batch; `tf.errors.OutOfRangeError` at the epoch's end,
@@ -171,7 +221,8 @@ class _EpochView:
 
     @property
     def element_spec(self):
-        return self._iterator.element_spec
+        spec = self._iterator.element_spec
+        return spec[0] if self._running.with_epochs else spec
 
 
 def _places(plan, state, running=False, pad=False):
@@ -280,10 +331,11 @@ def _reader(table):
     return read
 
 
-def read_batches(plan, state):
+def read_batches(plan, state, running=False):
     """Batches of records: `(records, segments, indices in the shards,
     (epochs, ids), error)`, read with random access in the stream's order;
-    `error` empty, or why the batch could not be read (see `raised`)."""
+    `error` empty, or why the batch could not be read (see `raised`).
+    `running`: epochs in sequence (see `Running`)."""
     read = _reader(plan.table)
 
     def read_batch(epochs, ids, errors):
@@ -294,7 +346,8 @@ def read_batches(plan, state):
             tensor.set_shape([None])
         return records, segments, indices, (epochs, ids), tf.reshape(error, [])
 
-    return _places(plan, state).map(read_batch, num_parallel_calls=AUTOTUNE, deterministic=True)
+    places = _places(plan, state, running)
+    return places.map(read_batch, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def raised(error):

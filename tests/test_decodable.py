@@ -19,6 +19,7 @@ from PIL import Image
 
 from keras_datum import DatumDataset
 from keras_datum import InvalidImageError
+from keras_datum import positions
 
 
 def _refuses(data):
@@ -294,3 +295,29 @@ def test_a_stream_skips_and_counts_an_image_that_fails_at_read_time(tmp_path):
         epochs.append(sorted(seen))
     assert all(epoch == epochs[0] for epoch in epochs)  # The same examples each epoch.
     fit_one_epoch(ds, (224, 224, 3))
+
+
+def test_a_stream_without_cache_keeps_its_batches_around_a_skipped_image(tmp_path):
+    # Without the cache, the epochs run on one kept iterator, each batch of
+    # records decoded into a batch of its own: the skipped example leaves its
+    # batch shorter, and no batch moves into the next epoch. Alone in the
+    # last batch, it leaves its epoch one batch short.
+    import keras
+
+    ds = _dataset(tmp_path / "src", {}, validation_split=0.5, cache=False, seed=2)
+    _damage_stored_image(ds, "train", -1)
+    train = ds.train(batch_size=3)
+    assert ds.num_examples["train"] == 4 and len(train) == 2  # Batches of 3 and 1.
+    with pytest.warns(RuntimeWarning, match="Skipped examples of the train split"):
+        epochs = [[len(x) for x, _ in train] for _ in range(8)]
+    assert all(sum(sizes) == 3 for sizes in epochs), epochs
+    assert [2, 1] in epochs and [3] in epochs, epochs  # Short when it was alone.
+    # Keras's TensorFlow trainer takes the short epochs' ends too (the same
+    # epochs again: a new kept iterator, at the restored position).
+    train.stream_state.restore(positions.Position(0, 0), train.stream_state.seed)
+    model = keras.Sequential([keras.Input((224, 224, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(train, epochs=8, verbose=0)
+    assert len(history.history["loss"]) == 8
+    assert np.isfinite(history.history["loss"]).all()
