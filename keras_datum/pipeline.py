@@ -445,8 +445,13 @@ def _running_decode(plan, state):
         return _stream_batches(examples, plan, labels["spec"])
 
     records = streams.read_batches(plan, state, running=True)
-    batches = records.interleave(one_batch, cycle_length=2, num_parallel_calls=2,
-                                 deterministic=True)
+    if plan.augment is not None and plan.augment_calls is None:
+        # A seeded augmentation runs one example at a time, in order (see
+        # `read_plan`): so do the batches it runs in.
+        batches = records.interleave(one_batch, cycle_length=2)
+    else:
+        batches = records.interleave(one_batch, cycle_length=2, num_parallel_calls=2,
+                                     deterministic=True)
     dataset = _stream_tail(batches, True, plan, labels["spec"], augmented=True,
                            keep_epoch=True)
     return streams.Running(dataset, state, plan.table.num_examples, plan.batch_size,
