@@ -9,6 +9,8 @@ host's figure alone would size a cache that the limit then kills.
 
 import os
 
+from keras_datum import images
+
 # The automatic in-memory cache may take this fraction of the memory that is
 # available when the split is built: enough for most datasets that fit at all,
 # while leaving the model, the shuffle buffer and other processes their room.
@@ -133,3 +135,30 @@ def _read_number(path):
         return int(text)
     except ValueError:
         return None
+
+
+def decoded_bytes(meta, split, options):
+    """Memory the decoded split takes at the target size, as uint8."""
+    info = meta.splits[split].stats
+    if "image" not in meta.features:  # Text.
+        return info.get("characters", 0) + 64 * info["num_examples"]
+    height, width = options.image_size
+    channels = images.CHANNELS[options.color_mode] + ("mask" in meta.features)
+    # One-hot and multi-hot labels are float32 vectors, one per example:
+    # with many classes they outweigh small images.
+    spec = meta.label_spec or {}
+    hot = spec.get("type") == "multi_label" or (
+        spec.get("type") == "class" and options.label_mode == "categorical"
+    )
+    labels = 4 * spec["num_classes"] if hot else 0
+    return info["num_examples"] * (height * width * channels + labels + 64)
+
+
+def decoded_cache(runtime, meta, split, options):
+    """`(cache, budget)`: whether `split` gets the decoded cache with the
+    `config.RuntimeOptions` `runtime`, and the budget its decoded size was
+    judged against (`None` unless `cache="auto"`)."""
+    if runtime.cache != "auto":
+        return runtime.cache, None
+    budget = runtime.cache_budget or default_cache_budget()
+    return decoded_bytes(meta, split, options) <= budget, budget

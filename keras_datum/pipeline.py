@@ -19,7 +19,6 @@ from keras_datum import blocks
 from keras_datum import decoded_store
 from keras_datum import decoding
 from keras_datum import distribute
-from keras_datum import images
 from keras_datum import memory
 from keras_datum import positions
 from keras_datum import read_guard
@@ -28,33 +27,6 @@ from keras_datum import shard_reader
 from keras_datum import streams
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-def decoded_bytes(meta, split, options):
-    """Memory the decoded split takes at the target size, as uint8."""
-    info = meta.splits[split].stats
-    if "image" not in meta.features:  # Text.
-        return info.get("characters", 0) + 64 * info["num_examples"]
-    height, width = options.image_size
-    channels = images.CHANNELS[options.color_mode] + ("mask" in meta.features)
-    # One-hot and multi-hot labels are float32 vectors, one per example:
-    # with many classes they outweigh small images.
-    spec = meta.label_spec or {}
-    hot = spec.get("type") == "multi_label" or (
-        spec.get("type") == "class" and options.label_mode == "categorical"
-    )
-    labels = 4 * spec["num_classes"] if hot else 0
-    return info["num_examples"] * (height * width * channels + labels + 64)
-
-
-def decoded_cache(runtime, meta, split, options):
-    """`(cache, budget)`: whether `split` gets the decoded cache with the
-    `config.RuntimeOptions` `runtime`, and the budget its decoded size was
-    judged against (`None` unless `cache="auto"`)."""
-    if runtime.cache != "auto":
-        return runtime.cache, None
-    budget = runtime.cache_budget or memory.default_cache_budget()
-    return decoded_bytes(meta, split, options) <= budget, budget
-
 
 def _records(plan):
     """The reader's serialized examples (see `shard_reader`): in the
@@ -531,7 +503,7 @@ def build(
     (after restarting their random generators), so the augmented stream
     repeats exactly; without one they run in parallel. With `cache`, the
     decoded, resized pixels are kept in memory as uint8 after the first
-    epoch (see `decoded_bytes`). With `data_service` (a dispatcher address),
+    epoch (see `memory.decoded_bytes`). With `data_service` (a dispatcher address),
     everything up to the batches runs on tf.data service workers. With
     `shard_subset=(index, count)` this pipeline reads only every `count`-th
     shard file from the `index`-th: one worker's share of the split (every
@@ -606,7 +578,7 @@ def build_split(meta, cache_dir, split, read, runtime, strategy, batch_size, aug
         augment=augmentations[0],
         batch_augment=augmentations[1],
         image_dtype=read.image_dtype or distribute.input_dtype(),
-        cache=all(decoded_cache(runtime, meta, name, read)[0] for name in names),
+        cache=all(memory.decoded_cache(runtime, meta, name, read)[0] for name in names),
         on_invalid=runtime.on_invalid,
         replicas=strategy.num_replicas_in_sync,
         slices=slices,

@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from keras_datum import decoding
 from keras_datum import images
+from keras_datum import memory
 from keras_datum import metadata
-from keras_datum import pipeline
 from keras_datum import problems
 from keras_datum import storage
 
@@ -174,7 +174,7 @@ def measure(ds, split="train", epochs=3, keras=False):
     export_seconds = time.perf_counter() - start
     # Raises the dataset's own error for a split it does not have.
     dataset = {"train": ds.train, "val": ds.val, "test": ds.test}[split]()
-    cached, budget = pipeline.decoded_cache(ds.config.runtime, meta, split, ds.read_options)
+    cached, budget = memory.decoded_cache(ds.config.runtime, meta, split, ds.read_options)
     decode = decode_rate(meta, ds.cache_dir, split, ds.read_options, ds.global_batch_size)
     return {
         "split": split,
@@ -187,7 +187,7 @@ def measure(ds, split="train", epochs=3, keras=False):
         "export_seconds": export_seconds,
         "cache": {
             "on": cached,
-            "decoded_bytes": pipeline.decoded_bytes(meta, split, ds.read_options),
+            "decoded_bytes": memory.decoded_bytes(meta, split, ds.read_options),
             "budget_bytes": budget,
         },
         "decode": decode,
