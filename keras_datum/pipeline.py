@@ -310,12 +310,10 @@ def _stream_examples(plan, state):
     batched, store)`, `store` the decoded cache (`None` without)."""
     records = streams.read_batches(plan, state)
     then = _cached_pixels(plan) if plan.cache else decoding.unchanged
-    batched = plan.raw_layout is not None or _batch_at_once(plan)
-    if plan.raw_layout is not None:
+    batched = plan.raw_layout is not None
+    if batched:
         decode = blocks.batch_decode(plan.meta, plan.options, plan.raw_layout)
         decoded = streams.decoded_batches(records, decode, then)
-    elif batched:
-        decoded = streams.skipping_batches(records, plan, then, state.seed)
     else:
         decoded = streams.decoded_examples(records, plan, then, state.seed)
     if not plan.cache:
@@ -327,14 +325,6 @@ def _stream_examples(plan, state):
     )
     store = decoded_store.DecodedStore(plan.table.num_examples, spec)
     return streams.with_store(decoded, plan, state, store), True, store
-
-
-def _batch_at_once(plan):
-    """Whether a stream decodes each batch of records in one step
-    (`streams.skipping_batch`): skipping what fails, for examples that
-    batch by stacking."""
-    return (plan.on_invalid != "raise" and not plan.meta.in_place
-            and not plan.problem.batches_itself)
 
 
 def _stream_batches(examples, plan, labels_spec):
@@ -399,7 +389,8 @@ def _stored_tail(plan, state, store, labels_spec, running=False):
 def _running_decode(plan, state):
     """The decoding stream's epochs in sequence, each batch with its
     epoch (see `streams.Running`): each batch of records is decoded (and
-    augmented per example) into one batch, so that a skipped example
+    augmented per example) into one batch in a dataset of its own, whose
+    functions an iterator instantiates once, so that a skipped example
     (`on_invalid="skip"`) leaves its batch shorter instead of moving the
     batches after it into the next epoch. None for what batches itself,
     repeats, or checks each example on blocks (naming it, or a datum
@@ -410,34 +401,33 @@ def _running_decode(plan, state):
     raw = plan.raw_layout is not None
     decode_batch = blocks.batch_decode(plan.meta, plan.options, plan.raw_layout) if raw else None
     _reseed(plan)
+    labels = {}  # The labels' spec as read, which the last step casts back to.
+
+    def one_batch(*records):
+        record = tf.data.Dataset.from_tensors(records)
+        if raw:
+            examples = streams.decoded_batches(record, decode_batch, decoding.unchanged)
+            labels["spec"] = examples.element_spec[0].get("labels")
+            if plan.augment is None:
+                return examples
+            examples = examples.unbatch()
+        else:
+            examples = streams.decoded_examples(record, plan, decoding.unchanged, state.seed)
+            labels["spec"] = examples.element_spec[0].get("labels")
+        return _stream_batches(examples, plan, labels["spec"])
+
     records = streams.read_batches(plan, state, running=True)
-    if raw:
-        batches = streams.decoded_batches(records, decode_batch, decoding.unchanged)
+    if plan.augment is not None and plan.augment_calls is None:
+        # A seeded augmentation runs one example at a time, in order (see
+        # `read_plan`): so do the batches it runs in.
+        batches = records.interleave(one_batch, cycle_length=2)
     else:
-        batches = streams.skipping_batches(records, plan, decoding.unchanged, state.seed)
-    labels_spec = batches.element_spec[0].get("labels")
-    if plan.augment is not None:
-        batches = _augmented_batches(batches, plan, labels_spec)
-    dataset = _stream_tail(batches, True, plan, labels_spec, augmented=True,
+        batches = records.interleave(one_batch, cycle_length=2, num_parallel_calls=2,
+                                     deterministic=True)
+    dataset = _stream_tail(batches, True, plan, labels["spec"], augmented=True,
                            keep_epoch=True)
     return streams.Running(dataset, state, plan.table.num_examples, plan.batch_size,
                            guard=plan.guard, with_epochs=True)
-
-
-def _augmented_batches(batches, plan, labels_spec):
-    """Decoded batches `(batch, places)`, each augmented per example into a
-    batch of its own (so that a shorter one stays so). A seeded
-    augmentation runs one example at a time, in order (see `read_plan`):
-    so do the batches it runs in."""
-
-    def one_batch(batch, place):
-        examples = tf.data.Dataset.from_tensors((batch, place)).unbatch()
-        return _stream_batches(examples, plan, labels_spec)
-
-    if plan.augment_calls is None:
-        return batches.interleave(one_batch, cycle_length=1)
-    return batches.interleave(one_batch, cycle_length=2, num_parallel_calls=2,
-                              deterministic=True)
 
 
 def _stream_tail(examples, batched, plan, labels_spec, padded=False, augmented=False,

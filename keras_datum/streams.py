@@ -478,54 +478,10 @@ def decoded_examples(records, plan, then, seed):
     return read_guard.in_blocks(packed, guard, plan.batch_size)
 
 
-def skipping_batches(records, plan, then, seed):
-    """Batches of records -> batches of decoded examples `(batch, places)`,
-    in order, as many decoding side by side as cores, skipping what fails
-    to decode (on_invalid="skip").
-
-    Each batch is decoded in one step (`tf.map_fn`: no tf.data step per
-    example, where each costs about as much as a tenth of a decode at 224
-    px). Should a decode fail (an example damaged since the export
-    checked it), the batch is decoded again one example at a time
-    (`_skipping`), which drops and counts the failing ones: the batch
-    comes shorter, or not at all if none of its examples decodes; an
-    error of the reading before the decode is raised there."""
-    decoded = records.map(
-        lambda *element: _skipping_batch(tf.data.Dataset.from_tensors(element), plan, then,
-                                         seed),
-        num_parallel_calls=os.cpu_count() or 1, deterministic=True,
-    )
-    return decoded.filter(lambda batch, place: tf.size(place[1]) > 0)
-
-
-def _skipping_batch(record, plan, then, seed):
-    """`skipping_batches` for the one batch of records in `record`: its
-    batch of decoded examples, with no rows if none decodes."""
-    slow = _skipping(record, plan, then, seed, end=True)
-    spec = slow.element_spec
-    decoder = _decoder(plan, seed)
-
-    def at_once(records, segments, indices, place, error):
-        # An error of the reading fails this step too: the slow one raises it.
-        with tf.control_dependencies([raised(error)]):
-            carried = {"record": tf.identity(records), "epoch": place[0], "id": place[1]}
-        batch = tf.map_fn(lambda carried: then(decoder(carried)), carried,
-                          fn_output_signature=spec[0], parallel_iterations=1)
-        return batch, place
-
-    nothing = tf.nest.map_structure(
-        lambda s: tf.zeros([0, *[0 if d is None else d for d in s.shape]], s.dtype), spec
-    )
-    fast = record.map(at_once).ignore_errors()
-    slow = slow.batch(plan.batch_size).concatenate(tf.data.Dataset.from_tensors(nothing))
-    return fast.concatenate(slow).take(1).get_single_element()
-
-
-def _skipping(records, plan, then, seed, end=None):
+def _skipping(records, plan, then, seed):
     """`decoded_examples` skipping what fails to decode, on the stream of
     examples (no blocks): the first batch waits for its own decodes. An
-    epoch (or with `end`, the stream) ends with a marker, so that a
-    skipped last example is counted."""
+    epoch ends with a marker, so that a skipped last example is counted."""
     decoder = _decoder(plan, seed)
 
     def decode(carried):
@@ -551,7 +507,7 @@ def _skipping(records, plan, then, seed, end=None):
                 "end": tf.zeros(tf.shape(records), tf.bool)}
 
     examples = records.map(spread).unbatch()
-    if (not plan.repeat) if end is None else end:
+    if not plan.repeat:
         zero = tf.constant(0, tf.int64)
         examples = examples.concatenate(tf.data.Dataset.from_tensors(
             {"record": tf.constant(b""), "epoch": zero, "id": zero, "error": tf.constant(""),

@@ -297,20 +297,6 @@ def test_a_stream_skips_and_counts_an_image_that_fails_at_read_time(tmp_path):
     fit_one_epoch(ds, (224, 224, 3))
 
 
-def test_a_cached_stream_shortens_only_the_batch_of_a_skipped_image(tmp_path):
-    # Each batch of records decodes in one step; the one that fails decodes
-    # again an example at a time, without the damaged one: that batch comes
-    # shorter (or, alone, not at all), the others whole. The decoded cache
-    # never completes, so every epoch decodes.
-    ds = _dataset(tmp_path / "src", {}, validation_split=0.5, seed=2)
-    _damage_stored_image(ds, "train", -1)
-    train = ds.train(batch_size=3)
-    with pytest.warns(RuntimeWarning, match="Skipped examples of the train split"):
-        epochs = [[len(x) for x, _ in train] for _ in range(8)]
-    assert all(sum(sizes) == 3 for sizes in epochs), epochs
-    assert [2, 1] in epochs and [3] in epochs, epochs
-
-
 def test_a_stream_without_cache_keeps_its_batches_around_a_skipped_image(tmp_path):
     # Without the cache, the epochs run on one kept iterator, each batch of
     # records decoded into a batch of its own: the skipped example leaves its
