@@ -665,8 +665,13 @@ Where a target is missed on this machine, this is why (the `plain records` and
   one: both of its read branches). Profiled in paired epochs with process CPU time per image, the
   decoding costs what it costs in `plain records`; filling the cache and shuffling
   decoded images are the difference, a few percent each. Tried and not kept: the
-  uint8 cast done per block of images instead of per image (no gain), and limiting
-  the pipeline's operations to one thread each (slower). The lever that would win
+  uint8 cast done per block of images instead of per image (no gain), limiting
+  the pipeline's operations to one thread each (slower), and decoding each batch of
+  records in one `tf.map_fn` (no tf.data step per example, the skip guard's
+  included; a batch that fails decoded again an example at a time): the
+  cache-filling epoch took 0.99x the time in paired rounds, the fused crop fell
+  from 1.38x Keras to 1.27x, and a first batch decoded by one thread came after
+  0.235 s instead of 0.155 s (see benchmarks/results/history.md). The lever that would win
   it back is decoding less, and the quality table gives the half-scale decode no
   quality to spare at these sizes (1.8x by 2.2x the target): level with Keras's
   path at 1.75x, worse at 2x.
