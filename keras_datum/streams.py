@@ -18,6 +18,8 @@ uninterrupted one's batches exactly. The decoded cache is a
 
 import os
 import threading
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -85,6 +87,17 @@ class Epochs(tf.data.Dataset):
         return tf.constant(self._steps, tf.int64)
 
 
+class _Kept(NamedTuple):
+    """A `Running`'s iterator, handed back at the end of an epoch: the
+    epoch it goes on with, its seed, and (after an epoch left short) that
+    epoch's first batch, taken already."""
+
+    iterator: Any
+    epoch: int
+    seed: int
+    pending: Any = None
+
+
 class Running:
     """A stream's epochs read in sequence from one iterator kept across
     them, for eager iterators (see `Epochs`): an epoch that follows the
@@ -129,15 +142,16 @@ class Running:
             return None
         if self._guard is not None and not store.still_the_export(self._guard):
             return None
-        if kept is not None and kept[1:3] == (position.epoch, seed):
+        if kept is not None and (kept.epoch, kept.seed) == (position.epoch, seed):
             # Claimed by the view's first batch, as a new iterator claims.
-            return _EpochView(self, kept[0], position.epoch, seed, self._state.claim, kept[3])
+            return _EpochView(self, kept.iterator, position.epoch, seed, self._state.claim,
+                              kept.pending)
         # A new iterator claims the position itself.
         return _EpochView(self, iter(self.dataset), position.epoch, seed)
 
     def _give_back(self, iterator, epoch, seed, pending=None):
         with self._lock:
-            self._kept = (iterator, epoch + 1, seed, pending)
+            self._kept = _Kept(iterator, epoch + 1, seed, pending)
 
 
 def one_epoch_of(kept, steps):
