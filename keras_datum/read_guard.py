@@ -16,6 +16,7 @@ import warnings
 import tensorflow as tf
 
 from keras_datum import datum_format
+from keras_datum import py_calls
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -50,7 +51,8 @@ def _report_skipped(service):
         if service:
             tf.print(message, output_stream=sys.stderr)
             return tf.constant(0)
-        return tf.py_function(_warn_skipped, [message], tf.int32)
+        return tf.py_function(py_calls.calls(_warn_skipped, lambda message: 0), [message],
+                              tf.int32)
 
     return report
 

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from keras_datum import crop
 from keras_datum import decoding
+from keras_datum import py_calls
 from keras_datum import read_guard
 from keras_datum import record_index
 from keras_datum import store
@@ -265,7 +266,7 @@ def _places(plan, state, running=False, pad=False):
         return np.int64(epoch), np.int64(offset), np.int64(seed), np.bytes_(error.encode())
 
     def claimed():
-        values = tf.numpy_function(claim, [], [tf.int64] * 3 + [tf.string], stateful=True)
+        values = tf.numpy_function(py_calls.calls(claim), [], [tf.int64] * 3 + [tf.string], stateful=True)
         return tuple(tf.reshape(value, []) for value in values)
 
     def one_epoch(epoch, first, offset, seed, error):
@@ -280,7 +281,7 @@ def _places(plan, state, running=False, pad=False):
         return np.full(len(ids), epoch, np.int64), ids, np.full(len(ids), error, object)
 
     def claimed_epoch(_):
-        places = tf.numpy_function(claim_epoch, [], [tf.int64, tf.int64, tf.string], stateful=True)
+        places = tf.numpy_function(py_calls.calls(claim_epoch), [], [tf.int64, tf.int64, tf.string], stateful=True)
         for tensor in places:
             tensor.set_shape([None])
         return tuple(places)
@@ -331,7 +332,12 @@ def epoch_ids(seed, epoch, num_examples, shuffle):
 def _reader(table):
     """`read(ids, error)`: the records `ids` of `table` (see
     `RecordTable.read`) and the error, given or met (a damaged or missing
-    shard), as a value: then the records are empty."""
+    shard, or the interpreter exiting: see `py_calls`), as a value: then
+    the records are empty."""
+
+    def nothing(ids, error):
+        empty = np.zeros(len(ids), np.int64)
+        return np.full(len(ids), b"", object), empty, empty, error
 
     def read(ids, error):
         if not error:
@@ -339,10 +345,9 @@ def _reader(table):
                 return (*table.read(ids), error)
             except record_index.DamagedShardError as damaged:
                 error = str(damaged).encode()
-        empty = np.zeros(len(ids), np.int64)
-        return np.full(len(ids), b"", object), empty, empty, error
+        return nothing(ids, error)
 
-    return read
+    return py_calls.calls(read, lambda ids, error: nothing(ids, py_calls.EXITING.encode()))
 
 
 def read_batches(plan, state, running=False):
