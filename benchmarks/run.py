@@ -61,7 +61,7 @@ TARGETS = {
 LATER_EPOCHS_TARGET = 0.9
 # Later epochs (ours from the second on, the in-memory limit's from its
 # second) timed back to back as one figure, as a training loop reads them:
-# ours follow each other on one kept iterator (`streams.Running`), whose
+# ours follow each other on one kept iterator (`epochs.Running`), whose
 # first one is made by the first of them. Each such figure starts after a
 # pause, so that no pipeline's work ahead (a kept iterator's prefetch) runs
 # in another figure's time.
@@ -639,15 +639,17 @@ Where a target is missed on this machine, this is why (the `plain records` and
 `loop ceiling` columns are the references):
 
 - **Later epochs against the in-memory limit** follow each other on one iterator
-  kept across epochs (`streams.Running`): tf.data instantiates an iterator's
+  kept across epochs (`epochs.Running`): tf.data instantiates an iterator's
   functions anew for each iterator, each through Grappler (about 2 ms for a trivial
   map), so a cached stream used to pay about 13 ms per epoch, the limit about 4 ms.
   The kept iterator pays it once, and its next epoch's first batches are made while
   the last one ends. (An epoch restored mid-way makes its own.) Making the kept
-  iterator still costs once what an epoch's used to (about 25 ms, and 10 ms more
-  to its first batch, on the 32-pixel images): against photos_12mp's five later
-  epochs of 160 images (about 50 ms at the limit's speed) that is most of the
-  gap, and it is a third of tiny_32px_2k's uint8 figure. What is left
+  iterator costs once what an epoch's used to (about 25 ms, and 15 ms more to its
+  first batch, on the 32-pixel images): against photos_12mp's five later epochs of
+  160 images (about 50 ms at the limit's speed) that was most of the gap, and a
+  third of tiny_32px_2k's uint8 figure. It is now made in a thread as the epoch
+  that fills the cache ends, with its first batch (`Running.prepare_after`), so the
+  second epoch starts on it (the tiny second epoch: 12 ms instead of 50). What is left
   is per batch: the gather from the decoded cache (one array of rows per field,
   whole rows copied; it used to be a hash table of rows copied word by word, about
   27 ms against 18 ms for an epoch of 1,600 images at 224 px, uint8), and on the

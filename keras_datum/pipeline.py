@@ -19,6 +19,7 @@ from keras_datum import blocks
 from keras_datum import decoded_store
 from keras_datum import decoding
 from keras_datum import distribute
+from keras_datum import epochs
 from keras_datum import memory
 from keras_datum import positions
 from keras_datum import read_guard
@@ -356,7 +357,7 @@ def _stream(plan, state):
     running = None if plan.cache else _running_decode(plan, state)
     if running is not None:
         # Its one epoch: the same batches, without a second pipeline to build.
-        return streams.Epochs(streams.one_epoch_of(running.dataset, steps), steps, state,
+        return epochs.Epochs(epochs.one_epoch_of(running.dataset, steps), steps, state,
                               running=running)
     examples, batched, store = _stream_examples(plan, state)
     labels_spec = examples.element_spec[0].get("labels")
@@ -364,18 +365,20 @@ def _stream(plan, state):
     dataset = _stream_tail(examples, batched, plan, labels_spec)
     stored = None
     if store is not None and not plan.repeat:
-        kept = _stored_tail(plan, state, store, labels_spec, running=True)
-        running = streams.Running(kept, state, n, plan.batch_size, store, plan.guard)
+        claims = epochs.Claims(state)
+        kept = _stored_tail(plan, claims, store, labels_spec, running=True)
+        running = epochs.Running(kept, state, n, plan.batch_size, store, plan.guard,
+                                  claims=claims)
     elif store is not None:
         stored = (_stored_tail(plan, state, store, labels_spec), store)
-    return streams.Epochs(dataset, steps, state, stored, running)
+    return epochs.Epochs(dataset, steps, state, stored, running)
 
 
 def _stored_tail(plan, state, store, labels_spec, running=False):
     """The stream read from its complete decoded cache alone (see
-    `streams.Epochs`): with nothing to augment, the gather and the last
+    `epochs.Epochs`): with nothing to augment, the gather and the last
     step are one function. With `running`, its epochs in sequence (see
-    `streams.Running`): a per-example `augment` batches them again, so
+    `epochs.Running`): a per-example `augment` batches them again, so
     each epoch is padded to whole batches, and the pads dropped after."""
     if plan.augment is None and plan.batch_augment is None and not plan.early_finish:
         finish = _finisher(plan, labels_spec)
@@ -388,7 +391,7 @@ def _stored_tail(plan, state, store, labels_spec, running=False):
 
 def _running_decode(plan, state):
     """The decoding stream's epochs in sequence, each batch with its
-    epoch (see `streams.Running`): each batch of records is decoded (and
+    epoch (see `epochs.Running`): each batch of records is decoded (and
     augmented per example) into one batch in a dataset of its own, whose
     functions an iterator instantiates once, so that a skipped example
     (`on_invalid="skip"`) leaves its batch shorter instead of moving the
@@ -426,7 +429,7 @@ def _running_decode(plan, state):
                                      deterministic=True)
     dataset = _stream_tail(batches, True, plan, labels["spec"], augmented=True,
                            keep_epoch=True)
-    return streams.Running(dataset, state, plan.table.num_examples, plan.batch_size,
+    return epochs.Running(dataset, state, plan.table.num_examples, plan.batch_size,
                            guard=plan.guard, with_epochs=True)
 
 

@@ -6,7 +6,7 @@ interpreter exits it destroys the iterators left in its modules while it
 holds the GIL, and an iterator's destructor waits for its threads: one
 of them waiting there for the GIL (or, once the interpreter finalizes,
 stopped as it asks for it) hangs the exit for good. A decoding stream's
-kept iterator (`streams.Running`) reads its next epoch's records while
+kept iterator (`epochs.Running`) reads its next epoch's records while
 the last epoch ends, so a script that ended right after `model.fit`
 with `cache=False` hung at exit in most runs.
 

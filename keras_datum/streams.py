@@ -17,9 +17,6 @@ uninterrupted one's batches exactly. The decoded cache is a
 """
 
 import os
-import threading
-from typing import Any
-from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -37,208 +34,6 @@ _NO_END = 2**62
 _SALT = 498247692
 
 
-class Epochs(tf.data.Dataset):
-    """A stream whose iterators each hand out one epoch (or, repeating, run
-    on without end), with `steps` batches per epoch as its cardinality.
-
-    `tf.data`'s own count (`assert_cardinality`) would fail the shorter
-    first epoch of a resumed stream; Keras takes the count from here and
-    ends that epoch when the data does (see `callbacks.BackupAndRestore`).
-
-    With the decoded cache, an eager iterator (`iter()`, as `model.fit`
-    makes one per epoch) of a complete store builds no decoding pipeline:
-    `running` (a `Running`, for streams that end each epoch) serves it
-    one epoch of an iterator kept across epochs, and `stored` (`(dataset,
-    store)`, for repeating ones) is the stream gathered from the store
-    alone. Everything else (a restored mid-epoch position, a
-    distribution strategy's iterators, datasets made from this one) goes
-    through `dataset`, which chooses between decoding and the store in
-    the graph.
-    """
-
-    def __init__(self, dataset, steps, state, stored=None, running=None):
-        self._dataset = dataset
-        self._steps = steps
-        self._stored = stored
-        self._running = running
-        self.stream_state = state
-        super().__init__(dataset._variant_tensor)
-
-    def __iter__(self):
-        if not tf.executing_eagerly():
-            return super().__iter__()
-        if self._running is not None:
-            view = self._running.view()
-            if view is not None:
-                return view
-        if self._stored is not None:
-            dataset, store = self._stored
-            if bool(store.complete()):
-                return iter(dataset)
-        return super().__iter__()
-
-    def _inputs(self):
-        return [self._dataset]
-
-    @property
-    def element_spec(self):
-        return self._dataset.element_spec
-
-    def cardinality(self):
-        return tf.constant(self._steps, tf.int64)
-
-
-class _Kept(NamedTuple):
-    """A `Running`'s iterator, handed back at the end of an epoch: the
-    epoch it goes on with, its seed, and (after an epoch left short) that
-    epoch's first batch, taken already."""
-
-    iterator: Any
-    epoch: int
-    seed: int
-    pending: Any = None
-
-
-class Running:
-    """A stream's epochs read in sequence from one iterator kept across
-    them, for eager iterators (see `Epochs`): an epoch that follows the
-    last one read makes no `tf.data` iterator, whose functions tf.data
-    would instantiate again (about 2 ms each), and its first batches were
-    made while the last one ended (the prefetch).
-
-    `dataset`'s epochs follow each other from the position its iterator
-    claims (`_places` with `running`), each exactly `steps_per_epoch`
-    batches, and a view hands out that many. A decoding stream (no
-    cache) decodes each batch of records into a batch of its own, which
-    skipped examples leave shorter, and a batch whose examples were all
-    skipped leaves its epoch short: `with_epochs`, its elements are
-    `(batch, epoch)`, and a view ends its epoch at the next one's first
-    batch, which it keeps for the next view. A view serves
-    the state's next position when it is the start of the epoch after
-    the one the kept iterator has handed out whole, with the same seed;
-    anything else (a restored position, an epoch left unfinished, a
-    store being filled, a cache exported over) gets a new iterator, or
-    none (`view` returns None) where the stream's own must run.
-    """
-
-    def __init__(self, dataset, state, num_examples, batch_size, store=None, guard=None,
-                 with_epochs=False):
-        self.dataset = dataset
-        self._state = state
-        self._steps = -(-num_examples // batch_size)
-        self._store = store
-        self._guard = guard
-        self.with_epochs = with_epochs
-        self._kept = None
-        self._lock = threading.Lock()
-
-    def view(self):
-        """An iterator over the state's next epoch, or None."""
-        position, seed = self._state.next_position, self._state.seed
-        with self._lock:
-            kept, self._kept = self._kept, None
-        if position.offset or not self._steps:
-            return None
-        if self._store is not None and not bool(self._store.complete()):
-            return None
-        if self._guard is not None and not store.still_the_export(self._guard):
-            return None
-        if kept is not None and (kept.epoch, kept.seed) == (position.epoch, seed):
-            # Claimed by the view's first batch, as a new iterator claims.
-            return _EpochView(self, kept.iterator, position.epoch, seed, self._state.claim,
-                              kept.pending)
-        # A new iterator claims the position itself.
-        return _EpochView(self, iter(self.dataset), position.epoch, seed)
-
-    def _give_back(self, iterator, epoch, seed, pending=None):
-        with self._lock:
-            self._kept = _Kept(iterator, epoch + 1, seed, pending)
-
-
-def one_epoch_of(kept, steps):
-    """A decoding `Running` stream's dataset (elements `(batch, epoch)`)
-    read as one epoch: the batches of the epoch its iterator claims, at
-    most `steps` (an epoch restored mid-way, or left short by a batch
-    skipped whole, ends at the next epoch's first batch)."""
-
-    def same(first, element):
-        batch, epoch = element
-        first = tf.where(first < 0, epoch, first)
-        return first, (batch, tf.equal(epoch, first))
-
-    def epoch(_):
-        return (
-            kept.scan(tf.constant(-1, tf.int64), same)
-            .take_while(lambda batch, same: same)
-            .take(steps)
-            .map(lambda batch, same: batch)
-        )
-
-    # Inside a function: a `scan` built at the top level leaves a function
-    # in TensorFlow's global graph for good, per build.
-    return tf.data.Dataset.from_tensors(0).flat_map(epoch)
-
-
-class _EpochView:
-    """One epoch's batches from a `Running`'s kept iterator; it hands the
-    iterator back once the whole epoch is read."""
-
-    def __init__(self, running, iterator, epoch, seed, claim=None, pending=None):
-        self._running = running
-        self._iterator = iterator
-        self._epoch = epoch
-        self._seed = seed
-        self._claim = claim
-        self._pending = pending  # The next epoch's first batch, taken early.
-        self._left = running._steps
-        self._iters = 0
-
-    def __iter__(self):
-        self._iters += 1
-        return self
-
-    def __next__(self):
-        if not self._left:
-            raise StopIteration
-        if self._claim is not None:
-            self._claim, claim = None, self._claim
-            claim()
-        batch, self._pending = self._pending or next(self._iterator), None
-        if self._running.with_epochs:
-            if int(batch[1]) != self._epoch:
-                return self._short(batch)
-            batch = batch[0]
-        self._left -= 1
-        if not self._left:
-            self._running._give_back(self._iterator, self._epoch, self._seed)
-        return batch
-
-    def _short(self, next_batch):
-        """Ends an epoch whose last batch had every example skipped (see
-        `Running`), keeping the next epoch's first batch for its view.
-        Keras's TensorFlow trainer takes each step's batch from `zip(range(
-        steps), iterator)`, calling `iter()` on this view every step, and
-        a `StopIteration` there leaves the step with no batch at all: that
-        consumer is told the end as a `tf.data` iterator tells it."""
-        self._left = 0
-        self._running._give_back(self._iterator, self._epoch, self._seed, next_batch)
-        if self._iters > 1:
-            raise tf.errors.OutOfRangeError(None, None, "End of sequence")
-        raise StopIteration
-
-    def get_next(self):
-        """The next batch; `tf.errors.OutOfRangeError` at the epoch's end,
-        as a `tf.data` iterator's."""
-        try:
-            return next(self)
-        except StopIteration:
-            raise tf.errors.OutOfRangeError(None, None, "End of sequence") from None
-
-    @property
-    def element_spec(self):
-        spec = self._iterator.element_spec
-        return spec[0] if self._running.with_epochs else spec
-
 
 def _places(plan, state, running=False, pad=False):
     """Batches of places, `(epochs, record ids, errors)`, of one iterator,
@@ -249,7 +44,7 @@ def _places(plan, state, running=False, pad=False):
     (`plan.guard`, see `store.still_the_export`); errors travel as
     values up to the guard of the decode (see `decoded_examples`). Without
     `repeat` the iterator ends with its epoch (the last batch partial);
-    with it, the epochs run into each other. `running` (for `Running`):
+    with it, the epochs run into each other. `running` (for `epochs.Running`):
     the epochs follow each other without end, each cut into its own
     batches (with `pad`, each epoch's last batch whole: see
     `stored_batches`). (Plain ops, no dataset made
@@ -354,7 +149,7 @@ def read_batches(plan, state, running=False):
     """Batches of records: `(records, segments, indices in the shards,
     (epochs, ids), error)`, read with random access in the stream's order;
     `error` empty, or why the batch could not be read (see `raised`).
-    `running`: epochs in sequence (see `Running`)."""
+    `running`: epochs in sequence (see `epochs.Running`)."""
     read = _reader(plan.table)
 
     def read_batch(epochs, ids, errors):
@@ -405,7 +200,7 @@ def stored_batches(plan, state, store, then=None, running=False, pad=False):
     """Batches `(batch, places)` gathered from the complete decoded cache
     `store`, in the stream's order; with `then`, `then(batch)` alone, in
     the same function (each function costs every iterator its
-    instantiation). With `running`, epochs in sequence (see `Running`);
+    instantiation). With `running`, epochs in sequence (see `epochs.Running`);
     with `pad` too, each epoch ends on a whole batch, filled with places
     of record id -1 (any record's example: see `without_pads`), so that
     its examples, batched again one at a time (a per-example `augment`),

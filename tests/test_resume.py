@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -14,8 +15,8 @@ from PIL import Image
 
 from keras_datum import DatumDataset
 from keras_datum import decoded_store
+from keras_datum import epochs
 from keras_datum import positions
-from keras_datum import streams
 from keras_datum.callbacks import BackupAndRestore
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "resume_script.py")
@@ -105,19 +106,19 @@ def test_an_eager_iterator_reads_a_complete_store_alone():
     stored = tf.data.Dataset.from_tensors(tf.constant([0], tf.int64)).map(
         lambda ids: store.get(ids)[0]
     )
-    epochs = streams.Epochs(choosing, 1, state=None, stored=(stored, store))
-    assert [e.numpy().tolist() for e in epochs] == [[1, 1]]  # Not complete yet.
+    stream = epochs.Epochs(choosing, 1, state=None, stored=(stored, store))
+    assert [e.numpy().tolist() for e in stream] == [[1, 1]]  # Not complete yet.
     store.put(tf.constant([[7, 9]], tf.uint8), tf.constant([0], tf.int64))
-    assert [e.numpy().tolist() for e in epochs] == [[7, 9]]
+    assert [e.numpy().tolist() for e in stream] == [[7, 9]]
     # A dataset made from the stream (a strategy's, say) chooses in the graph.
-    assert [e.numpy().tolist() for e in epochs.map(lambda e: e)] == [[1, 1]]
+    assert [e.numpy().tolist() for e in stream.map(lambda e: e)] == [[1, 1]]
 
 
 def _kept(train):
     """The iterator an epoch of `train` reads from (kept across epochs, or
     its own), and the epoch's sums."""
     iterator = iter(train)
-    kept = getattr(iterator, "_iterator", None)
+    kept = iterator._iterator if isinstance(iterator, epochs._EpochView) else None
     sums = [x.numpy().reshape(len(x), -1).sum(1).round(3).tolist() for x, _ in iterator]
     return kept, sums
 
@@ -132,8 +133,18 @@ def test_cached_epochs_follow_each_other_on_one_kept_iterator(class_folders, whe
     filling, first = _kept(train)
     assert filling is None  # The epoch that fills the cache has its own.
     assert 0 < len(first[-1]) < 7  # The last batch is partial.
+    # Its end made the next epoch's kept iterator ahead, with its first
+    # batch, and left the stream's position to the view that serves it.
+    for _ in range(500):
+        prepared = train._running._kept
+        if prepared is not None:
+            break
+        time.sleep(0.01)
+    assert prepared is not None and prepared.pending is not None
+    assert train.stream_state.next_position == positions.Position(1, 0)
     reads = [_kept(train) for _ in range(3)]
     kept = reads[0][0]
+    assert kept is prepared.iterator
     assert kept is not None and all(k is kept for k, _ in reads)
     # The same batches as a stream that makes an iterator per epoch.
     fresh = ds.train(**augment)
