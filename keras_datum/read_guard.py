@@ -47,12 +47,13 @@ def _report_skipped(service):
     """How a skipped example is reported: a Python warning, or (on tf.data
     service workers, which run no Python) a line on standard error."""
 
+    warn = py_calls.calls(_warn_skipped, lambda message: 0)
+
     def report(message):
         if service:
             tf.print(message, output_stream=sys.stderr)
             return tf.constant(0)
-        return tf.py_function(py_calls.calls(_warn_skipped, lambda message: 0), [message],
-                              tf.int32)
+        return tf.py_function(warn, [message], tf.int32)
 
     return report
 

@@ -60,8 +60,12 @@ def _places(plan, state, running=False, pad=False):
         error = "" if fresh else store.stale_cache_message(os.path.dirname(guard[0]))
         return np.int64(epoch), np.int64(offset), np.int64(seed), np.bytes_(error.encode())
 
+    # Wrapped here, not in the functions traced below: AutoGraph would
+    # convert the wrapper at every trace.
+    claim_call = py_calls.calls(claim)
+
     def claimed():
-        values = tf.numpy_function(py_calls.calls(claim), [], [tf.int64] * 3 + [tf.string], stateful=True)
+        values = tf.numpy_function(claim_call, [], [tf.int64] * 3 + [tf.string], stateful=True)
         return tuple(tf.reshape(value, []) for value in values)
 
     def one_epoch(epoch, first, offset, seed, error):
@@ -75,8 +79,10 @@ def _places(plan, state, running=False, pad=False):
         ids = epoch_ids(tf.constant(seed), tf.constant(epoch), n, plan.shuffle).numpy()[offset:]
         return np.full(len(ids), epoch, np.int64), ids, np.full(len(ids), error, object)
 
+    epoch_call = py_calls.calls(claim_epoch)
+
     def claimed_epoch(_):
-        places = tf.numpy_function(py_calls.calls(claim_epoch), [], [tf.int64, tf.int64, tf.string], stateful=True)
+        places = tf.numpy_function(epoch_call, [], [tf.int64, tf.int64, tf.string], stateful=True)
         for tensor in places:
             tensor.set_shape([None])
         return tuple(places)
