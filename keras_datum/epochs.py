@@ -17,6 +17,8 @@ from keras_datum import store
 
 # How often a thread waiting for the decoded cache to be complete looks.
 _WATCH_S = 0.02
+# How long after that it waits for the iterator that filled it to go.
+_GRACE_S = 0.1
 
 
 class Epochs(tf.data.Dataset):
@@ -145,11 +147,12 @@ class Running:
         self._kept = None
         self._lock = threading.Lock()
         self._building = threading.Lock()  # Held while `prepare` makes one.
+        self._views = 0  # Views made: one made first cancels a preparation.
 
     def view(self):
         """An iterator over the state's next epoch, or None."""
         with self._building:
-            pass
+            self._views += 1
         position, seed = self._state.next_position, self._state.seed
         with self._lock:
             kept, self._kept = self._kept, None
@@ -174,26 +177,38 @@ class Running:
     def prepare_after(self, iterator):
         """Makes the kept iterator of the epoch after the one `iterator`
         (the stream's own: it fills the cache, or reads a restored
-        position) reads, with that epoch's first batch, ahead: in a thread,
-        as soon as the cache is complete. The next epoch's view serves it,
-        instead of making it then (about 40 ms on a later epoch of 1,600
-        small images, which lasts 10). The thread gives up once `iterator`
-        is gone, or as the interpreter exits."""
+        position) reads, with that epoch's first batch, ahead, in a thread:
+        once the cache is complete and `iterator` is gone (its last batch
+        read), or `_GRACE_S` after (an iterator kept, as Keras keeps an
+        epoch's until the next one starts). The next epoch's view serves
+        it, instead of making it then (about 40 ms on a later epoch of
+        1,600 small images, which lasts 10), when validation or anything
+        else ran between the epochs; a view asked for first makes its own,
+        as before. The thread gives up once `iterator` is gone without a
+        complete cache, or as the interpreter exits."""
         if self._claims is None or self._store is None or self._kept is not None:
             return
         alive = weakref.ref(iterator)
-        threading.Thread(target=self._prepare_once_complete, args=(alive,),
+        threading.Thread(target=self._prepare_once_complete, args=(alive, self._views),
                          name="keras_datum-prepare").start()
 
-    def _prepare_once_complete(self, alive):
+    def _prepare_once_complete(self, alive, views):
         main = threading.main_thread()
         # Complete before the iterator's last batch: looked at once more after.
         while not bool(self._store.complete()):
             if alive() is None or not main.is_alive():
                 return
             time.sleep(_WATCH_S)
+        # Not alongside the epoch's last batches: made while they are read,
+        # it slowed the epochs read back to back after it.
+        deadline = time.monotonic() + _GRACE_S
+        while alive() is not None and time.monotonic() < deadline:
+            if not main.is_alive():
+                return
+            time.sleep(_WATCH_S)
         with self._building:
-            self._prepare()
+            if self._views == views:
+                self._prepare()
 
     def _prepare(self):
         position, seed = self._state.next_position, self._state.seed
