@@ -638,8 +638,9 @@ them on, except the opt-in uint8 output, which has its own table):
 Where a target is missed on this machine, this is why (the `plain records` and
 `loop ceiling` columns are the references):
 
-- **Later epochs against the in-memory limit** follow each other on one iterator
-  kept across epochs (`epochs.Running`): tf.data instantiates an iterator's
+- **Later epochs against the in-memory limit** (every row meets 0.9x now; photos_12mp
+  and tiny_32px_2k's uint8 row did not until the kept iterator was made ahead)
+  follow each other on one iterator kept across epochs (`epochs.Running`): tf.data instantiates an iterator's
   functions anew for each iterator, each through Grappler (about 2 ms for a trivial
   map), so a cached stream used to pay about 13 ms per epoch, the limit about 4 ms.
   The kept iterator pays it once, and its next epoch's first batches are made while
@@ -649,7 +650,10 @@ Where a target is missed on this machine, this is why (the `plain records` and
   160 images (about 50 ms at the limit's speed) that was most of the gap, and a
   third of tiny_32px_2k's uint8 figure. It is now made in a thread as the epoch
   that fills the cache ends, with its first batch (`Running.prepare_after`), so the
-  second epoch starts on it (the tiny second epoch: 12 ms instead of 50). What is left
+  second epoch starts on it when anything runs between the epochs (this harness
+  pauses 0.3 s before each figure; `model.fit` validates): the tiny second epoch
+  then lasts 8 to 12 ms instead of 50. Read back to back, the second epoch still
+  makes it (see benchmarks/results/history.md). What is left
   is per batch: the gather from the decoded cache (one array of rows per field,
   whole rows copied; it used to be a hash table of rows copied word by word, about
   27 ms against 18 ms for an epoch of 1,600 images at 224 px, uint8), and on the
@@ -673,11 +677,21 @@ Where a target is missed on this machine, this is why (the `plain records` and
   included; a batch that fails decoded again an example at a time): the
   cache-filling epoch took 0.99x the time in paired rounds, the fused crop fell
   from 1.38x Keras to 1.27x, and a first batch decoded by one thread came after
-  0.235 s instead of 0.155 s (see benchmarks/results/history.md). The lever that would win
+  0.235 s instead of 0.155 s (see benchmarks/results/history.md). Per image, after the
+  first batch (process CPU time, median of 3 paired rounds of 1,600 images): Keras's
+  path (read each file, decode, resize) 0.95 ms, `plain records` 0.97, the records
+  read by index in Python 1.00, with the skip guard 1.02, the whole uncached stream
+  1.08; decoding with libjpeg's fast integer DCT or without fancy chroma upsampling
+  (`decode_jpeg` options Keras's `decode_image` does not use) saved nothing here
+  (1.15-1.18 ms against 1.16 for decoding and resizing one image) and lost 3.6 dB.
+  The kept iterator of the next epoch, made as the cache completes, adds its
+  making (tens of ms) to the end of the first epoch. The lever that would win
   it back is decoding less, and the quality table gives the half-scale decode no
   quality to spare at these sizes (1.8x by 2.2x the target): level with Keras's
   path at 1.75x, worse at 2x.
-- **Epochs of 12-megapixel photos that decode** (`cache=False`) are 160 capped
+- **Epochs of 12-megapixel photos that decode** (`cache=False`) sit at the 30x line
+  (27.0x in the run before this one, 30.4x in this one; rounds from 28.6x to 40.9x).
+  They are 160 capped
   images each, which decode in a tenth of a second on two cores, so fixed costs
   per epoch weigh as much as the decoding. They now follow each other on one kept
   iterator (each batch of records decoded into a batch of its own), which removed
@@ -687,8 +701,9 @@ Where a target is missed on this machine, this is why (the `plain records` and
   decoding the capped files with nothing else gives here. Per CPU-second the stream
   still does more per image than `plain records` (its read by index in Python per
   batch, and the skip guard's steps per example).
-- **Exporting 20,000 tiny files**, against one Keras epoch over them, sits near
-  the 1.0x line and lands on either side of it from run to run. Both open, read
+- **Exporting 20,000 tiny files**, against one Keras epoch over them, takes 1.4x
+  to 1.8x its time in the last two runs (it has landed either side of 1.0x
+  before). Both open, read
   and decode every file; the export also checks each one as TensorFlow's decoder
   would, writes the shards and the metadata, and forks its worker processes, and
   a Keras epoch over 32-pixel files is itself short.
