@@ -76,9 +76,10 @@ class Epochs(tf.data.Dataset):
 
 
 class _Kept(NamedTuple):
-    """A `Running`'s iterator, handed back at the end of an epoch: the
-    epoch it goes on with, its seed, and (after an epoch left short) that
-    epoch's first batch, taken already."""
+    """A `Running`'s iterator, handed back at the end of an epoch (or made
+    ahead by `Running.prepare_after`): the epoch it goes on with, its seed,
+    and (after an epoch left short, or made ahead) that epoch's first
+    batch, taken already."""
 
     iterator: Any
     epoch: int
@@ -146,7 +147,7 @@ class Running:
         self._claims = claims
         self._kept = None
         self._lock = threading.Lock()
-        self._building = threading.Lock()  # Held while `prepare` makes one.
+        self._building = threading.Lock()  # Held while `_prepare` makes one.
         self._views = 0  # Views made: one made first cancels a preparation.
 
     def view(self):
