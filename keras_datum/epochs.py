@@ -95,23 +95,19 @@ class Claims:
 
     def __init__(self, state):
         self._state = state
-        self._reserved = []
+        self._reserved = None
         self._lock = threading.Lock()
 
     def reserve(self, start):
-        """The next claim is `start`, `(epoch, offset, seed)`."""
+        """The next claim is `start`, `(epoch, offset, seed)` (or, with
+        None, the state's again)."""
         with self._lock:
-            self._reserved[:] = [start]
-
-    def drop(self):
-        with self._lock:
-            self._reserved.clear()
+            self._reserved = start
 
     def claim(self):
         with self._lock:
-            if self._reserved:
-                return self._reserved.pop()
-        return self._state.claim()
+            start, self._reserved = self._reserved, None
+        return self._state.claim() if start is None else start
 
 
 class Running:
@@ -223,7 +219,7 @@ class Running:
         except (tf.errors.OpError, StopIteration):  # The view makes its own, which raises.
             return
         finally:
-            self._claims.drop()
+            self._claims.reserve(None)
         with self._lock:
             if self._kept is None:
                 self._kept = _Kept(iterator, position.epoch, seed, pending)
